@@ -1,0 +1,325 @@
+"""The RecordAccumulator: per-partition deques of batches built in pool blocks.
+
+Records are appended to the batch at the tail of a partition's deque; the Sender
+takes batches from the head (``ready`` then ``drain``). Memory comes from the native
+:class:`BufferPool`; when it is used up, ``send()`` waits in FIFO order, bounded by
+``max_block_ms``, exactly as Java's ``BufferPool`` blocks its callers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from ._native import BATCH_HEADER_SIZE, BatchBuilder, Block, BufferPool
+from .errors import BufferExhaustedError, KafkaError, ProducerClosedError
+from .metadata import Cluster
+
+__all__ = ["DrainResult", "ProducerBatch", "ReadyResult", "RecordAccumulator"]
+
+TopicPartition = tuple[str, int]
+
+
+class ProducerBatch:
+    """One batch for one partition: a builder over a pool block, and its outcome."""
+
+    __slots__ = (
+        "attempts", "base_offset", "base_sequence", "block", "builder", "created",
+        "drained", "error", "full", "log_append_time", "next_attempt", "partition",
+        "producer_epoch", "producer_id", "result", "topic", "tp",
+    )
+
+    def __init__(self, tp: TopicPartition, block: Block, result: asyncio.Future[None],
+                 now: float) -> None:
+        self.tp = tp
+        self.topic, self.partition = tp
+        self.block: Block | None = block
+        self.builder = BatchBuilder(block)
+        self.result = result
+        self.created = now
+        self.drained = 0.0
+        self.attempts = 0
+        self.next_attempt = 0.0
+        self.full = False
+        self.base_offset = -1
+        self.log_append_time = -1
+        self.error: BaseException | None = None
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self.base_sequence = -1
+
+    @property
+    def record_count(self) -> int:
+        return int(self.builder.record_count)
+
+    @property
+    def closed(self) -> bool:
+        return bool(self.builder.closed)
+
+    def __repr__(self) -> str:
+        return (f"<ProducerBatch {self.topic}-{self.partition} records={self.record_count} "
+                f"attempts={self.attempts} seq={self.base_sequence}>")
+
+
+@dataclass(slots=True)
+class ReadyResult:
+    nodes: set[int] = field(default_factory=set)
+    next_check: float = float("inf")
+    """Seconds until some batch may become sendable (linger or backoff)."""
+    unknown_leaders: bool = False
+
+
+@dataclass(slots=True)
+class DrainResult:
+    batches: dict[int, list[ProducerBatch]] = field(default_factory=dict)
+
+
+class RecordAccumulator:
+    """Holds batches until the Sender takes them (``batch.size``, ``linger.ms``)."""
+
+    def __init__(self, *, batch_size: int, buffer_memory: int, linger_ms: int,
+                 retry_backoff_ms: int, retry_backoff_max_ms: int,
+                 delivery_timeout_ms: int) -> None:
+        self.pool = BufferPool(buffer_memory, batch_size)
+        self.batch_size = batch_size
+        self.linger = linger_ms / 1000.0
+        self.retry_backoff = retry_backoff_ms / 1000.0
+        self.retry_backoff_max = retry_backoff_max_ms / 1000.0
+        self.delivery_timeout = delivery_timeout_ms / 1000.0
+        self.batches: dict[TopicPartition, deque[ProducerBatch]] = {}
+        self.incomplete: set[ProducerBatch] = set()
+        self.flushes_in_progress = 0
+        self.closing = False
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._drain_index = 0
+
+    # -- append path -------------------------------------------------------------
+
+    def try_append(self, tp: TopicPartition, timestamp: int, key: object, value: object,
+                   headers: object) -> tuple[ProducerBatch, int] | None:
+        """Append to the partition's open tail batch; None if a new batch is needed."""
+        dq = self.batches.get(tp)
+        if dq:
+            batch = dq[-1]
+            if not batch.full:
+                index = batch.builder.append(timestamp, key, value, headers)
+                if index >= 0:
+                    return batch, index
+                batch.full = True
+        return None
+
+    def new_batch(self, tp: TopicPartition, block: Block,
+                  loop: asyncio.AbstractEventLoop) -> ProducerBatch:
+        batch = ProducerBatch(tp, block, loop.create_future(), time.monotonic())
+        dq = self.batches.get(tp)
+        if dq is None:
+            dq = self.batches[tp] = deque()
+        if dq:
+            dq[-1].full = True
+        dq.append(batch)
+        self.incomplete.add(batch)
+        return batch
+
+    def block_size_for(self, record_size: int) -> int:
+        """Block size for a new batch whose first record encodes to ``record_size``."""
+        return max(self.batch_size, BATCH_HEADER_SIZE + record_size)
+
+    async def allocate(self, size: int, max_block_s: float) -> Block:
+        """A block of ``size`` bytes, waiting FIFO for memory up to ``max_block_s``."""
+        if not self._waiters:
+            block = self.pool.try_allocate(size)
+            if block is not None:
+                return block
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max_block_s
+        fut: asyncio.Future[None] = loop.create_future()
+        self._waiters.append(fut)
+        try:
+            while True:
+                if self.closing:
+                    raise ProducerClosedError("the producer was closed while send() waited for memory")
+                if self._waiters[0] is fut:
+                    block = self.pool.try_allocate(size)
+                    if block is not None:
+                        return block
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    raise BufferExhaustedError(
+                        f"failed to allocate {size} bytes within max_block_ms="
+                        f"{max_block_s * 1000:.0f}: buffer_memory={self.pool.total_memory} "
+                        f"is in use by records waiting to be sent; the brokers may be slow "
+                        f"or unreachable, or buffer_memory is too small for this load"
+                    )
+                # Quarantined blocks come back without any event: poll them briefly.
+                wait = min(remaining, 0.005) if self.pool.quarantined_bytes else remaining
+                try:
+                    await asyncio.wait_for(asyncio.shield(fut), wait)
+                except asyncio.TimeoutError:
+                    pass
+                if fut.done():
+                    # Woken: keep our place in the queue with a fresh future.
+                    new: asyncio.Future[None] = loop.create_future()
+                    self._waiters[self._waiters.index(fut)] = new
+                    fut = new
+        finally:
+            if fut in self._waiters:
+                self._waiters.remove(fut)
+            self._wake_first_waiter()
+
+    @property
+    def memory_waiters(self) -> int:
+        return len(self._waiters)
+
+    def release_block(self, block: Block) -> None:
+        """Give back a block that never held a batch."""
+        self.pool.release(block)
+        self._wake_first_waiter()
+
+    def wake_all_waiters(self) -> None:
+        for fut in self._waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+    def _wake_first_waiter(self) -> None:
+        if self._waiters and not self._waiters[0].done():
+            self._waiters[0].set_result(None)
+
+    # -- completion --------------------------------------------------------------
+
+    def complete(self, batch: ProducerBatch, base_offset: int, log_append_time: int,
+                 error: BaseException | None) -> None:
+        """Finish a batch (success or failure), give its memory back, wake waiters."""
+        if batch.result.done():
+            return
+        batch.base_offset = base_offset
+        batch.log_append_time = log_append_time
+        batch.error = error
+        self.deallocate(batch)
+        self.incomplete.discard(batch)
+        batch.result.set_result(None)
+
+    def deallocate(self, batch: ProducerBatch) -> None:
+        block = batch.block
+        if block is not None:
+            batch.block = None
+            self.pool.release(block)
+            self._wake_first_waiter()
+
+    # -- Sender side -------------------------------------------------------------
+
+    def has_undrained(self) -> bool:
+        return any(self.batches.values())
+
+    def ready(self, cluster: Cluster, now: float, muted: set[TopicPartition]) -> ReadyResult:
+        """Leaders that have at least one sendable batch, and when to look again."""
+        res = ReadyResult()
+        exhausted = bool(self._waiters)
+        send_now = exhausted or self.closing or self.flushes_in_progress > 0
+        for tp, dq in self.batches.items():
+            if not dq:
+                continue
+            leader = cluster.leaders.get(tp)
+            if leader is None:
+                res.unknown_leaders = True
+                continue
+            if leader in res.nodes or tp in muted:
+                continue
+            batch = dq[0]
+            if batch.attempts > 0 and now < batch.next_attempt:
+                res.next_check = min(res.next_check, batch.next_attempt - now)
+                continue
+            waited = now - batch.created
+            if send_now or batch.full or len(dq) > 1 or waited >= self.linger:
+                res.nodes.add(leader)
+            else:
+                res.next_check = min(res.next_check, self.linger - waited)
+        return res
+
+    def drain(self, cluster: Cluster, nodes: Iterable[int], max_request_size: int,
+              now: float, muted: set[TopicPartition],
+              may_send: object = None) -> dict[int, list[ProducerBatch]]:
+        """Take sendable batches per node, up to ``max_request_size`` each, fairly.
+
+        ``may_send(batch) -> bool`` lets idempotence hold back a batch (sequence order).
+        """
+        out: dict[int, list[ProducerBatch]] = {}
+        by_node: dict[int, list[TopicPartition]] = {}
+        for tp, leader in cluster.leaders.items():
+            if self.batches.get(tp):
+                by_node.setdefault(leader, []).append(tp)
+        check = may_send if callable(may_send) else None
+        for node in nodes:
+            tps = by_node.get(node)
+            if not tps:
+                continue
+            size = 0
+            ready: list[ProducerBatch] = []
+            start = self._drain_index % len(tps)
+            for i in range(len(tps)):
+                tp = tps[(start + i) % len(tps)]
+                if tp in muted:
+                    continue
+                dq = self.batches[tp]
+                if not dq:
+                    continue
+                batch = dq[0]
+                if batch.attempts > 0 and now < batch.next_attempt:
+                    continue
+                if batch.record_count == 0:
+                    continue
+                if check is not None and not check(batch):
+                    continue
+                batch_bytes = int(batch.builder.size_in_bytes)
+                if ready and size + batch_bytes > max_request_size:
+                    break
+                dq.popleft()
+                batch.drained = now
+                size += batch_bytes
+                ready.append(batch)
+            self._drain_index += 1
+            if ready:
+                out[node] = ready
+        return out
+
+    def reenqueue(self, batch: ProducerBatch, now: float) -> None:
+        """Put a batch back at the head of its deque for a retry, in sequence order."""
+        batch.attempts += 1
+        delay = min(self.retry_backoff * (2 ** (batch.attempts - 1)), self.retry_backoff_max)
+        batch.next_attempt = now + delay
+        dq = self.batches.setdefault(batch.tp, deque())
+        if batch.base_sequence >= 0:
+            # Keep idempotent batches ordered by sequence among the retried ones.
+            pos = 0
+            for existing in dq:
+                if 0 <= existing.base_sequence < batch.base_sequence:
+                    pos += 1
+                else:
+                    break
+            dq.insert(pos, batch)
+        else:
+            dq.appendleft(batch)
+
+    def expired(self, now: float) -> list[ProducerBatch]:
+        """Queued batches whose delivery timeout has passed (removed from the deques).
+
+        Once a partition's head batch expires, the batches behind it (created later)
+        are checked in order too, so records are never reordered around a failure.
+        """
+        out: list[ProducerBatch] = []
+        for dq in self.batches.values():
+            while dq and now - dq[0].created >= self.delivery_timeout:
+                out.append(dq.popleft())
+        return out
+
+    def abort_all(self, error: KafkaError) -> int:
+        """Fail every batch not yet completed (queued or in flight); returns records failed."""
+        count = 0
+        for dq in self.batches.values():
+            dq.clear()
+        for batch in list(self.incomplete):
+            count += batch.record_count
+            self.complete(batch, -1, -1, error)
+        return count

@@ -1,0 +1,210 @@
+"""Validated producer configuration.
+
+Options use Python names (``linger_ms``); the Java producer's dotted names
+(``"linger.ms"``) are accepted too, so a config dict can be carried over as is.
+Everything is checked once, at construction, and a bad option is a
+:class:`~aioproducer.errors.ConfigError` that names the option and what it accepts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Union
+
+from .errors import ConfigError
+
+__all__ = ["Partitioner", "ProducerConfig", "Serializer"]
+
+#: ``(topic, serialized_key, num_partitions) -> partition``
+Partitioner = Callable[[str, Union[bytes, None], int], int]
+#: turns a user object into bytes (or None)
+Serializer = Callable[[Any], Union[bytes, bytearray, memoryview, None]]
+
+_MAX_INT32 = 2**31 - 1
+_COMPRESSION = ("none",)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProducerConfig:
+    """Every producer option, with the Java producer's defaults.
+
+    Each field mirrors the Java option of the same name with dots for underscores.
+    """
+
+    bootstrap_servers: str | list[str] = "127.0.0.1:9092"
+    """``bootstrap.servers``: ``host:port`` entries, a comma-separated string or a list."""
+    client_id: str = "aioproducer"
+    """``client.id``"""
+    acks: int = -1
+    """``acks``: 0 (no response), 1 (leader) or -1 / ``"all"`` (all in-sync replicas)."""
+    enable_idempotence: bool | None = None
+    """``enable.idempotence``: on by default when the other options allow it (acks=all,
+    retries > 0, max_in_flight <= 5), as in Java 3.x+. Setting True with conflicting
+    options is an error."""
+    linger_ms: int = 5
+    """``linger.ms``: how long a batch waits for more records before it is sendable."""
+    batch_size: int = 16384
+    """``batch.size``: bytes per batch (and per pooled buffer)."""
+    buffer_memory: int = 32 * 1024 * 1024
+    """``buffer.memory``: hard bound on the bytes buffered for sending."""
+    max_block_ms: int = 60000
+    """``max.block.ms``: how long ``send()`` may wait for metadata or buffer memory."""
+    max_request_size: int = 1048576
+    """``max.request.size``: bound on one record and on one Produce request."""
+    request_timeout_ms: int = 30000
+    """``request.timeout.ms``"""
+    delivery_timeout_ms: int = 120000
+    """``delivery.timeout.ms``: bound on a record's whole life, from send to acknowledgement."""
+    retries: int = _MAX_INT32
+    """``retries``"""
+    retry_backoff_ms: int = 100
+    """``retry.backoff.ms``"""
+    retry_backoff_max_ms: int = 1000
+    """``retry.backoff.max.ms``"""
+    max_in_flight_requests_per_connection: int = 5
+    """``max.in.flight.requests.per.connection``"""
+    metadata_max_age_ms: int = 300000
+    """``metadata.max.age.ms``"""
+    reconnect_backoff_ms: int = 50
+    """``reconnect.backoff.ms``"""
+    reconnect_backoff_max_ms: int = 1000
+    """``reconnect.backoff.max.ms``"""
+    socket_connection_setup_timeout_ms: int = 10000
+    """``socket.connection.setup.timeout.ms``"""
+    compression_type: str = "none"
+    """``compression.type`` (only ``none`` for now)."""
+    partitioner: str | Partitioner = "murmur2"
+    """``partitioner.class``: ``"murmur2"`` (Java-compatible, default), ``"xxhash"``
+    (fast, not Java-compatible) or a callable ``(topic, key_bytes, num_partitions) -> int``."""
+    partitioner_ignore_keys: bool = False
+    """``partitioner.ignore.keys``: keyed records are spread like keyless ones."""
+    key_serializer: Serializer | None = None
+    """``key.serializer``: a callable; without one, keys must be bytes-like or None."""
+    value_serializer: Serializer | None = None
+    """``value.serializer``: a callable; without one, values must be bytes-like or None."""
+    transactional_id: str | None = None
+    """``transactional.id`` (transactions are not implemented yet)."""
+
+    _explicit: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any] | None = None, /, **kwargs: Any) -> ProducerConfig:
+        """Build a config from Python or dotted Java names (both may be mixed)."""
+        merged: dict[str, Any] = {}
+        for source in (options or {}, kwargs):
+            for raw_name, value in source.items():
+                name = _normalise(raw_name)
+                if name in merged:
+                    raise ConfigError(f"option {raw_name!r} is given twice")
+                merged[name] = value
+        if "partitioner_class" in merged:
+            merged["partitioner"] = merged.pop("partitioner_class")
+        known = {f.name for f in dataclasses.fields(cls) if not f.name.startswith("_")}
+        for name in merged:
+            if name not in known:
+                close = difflib.get_close_matches(name, sorted(known), n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise ConfigError(f"unknown producer option {name!r}{hint}")
+        if "acks" in merged:
+            merged["acks"] = _parse_acks(merged["acks"])
+        config = cls(**merged, _explicit=frozenset(merged))
+        return config.validated()
+
+    def validated(self) -> ProducerConfig:
+        """Check every value; return a copy with derived defaults filled in."""
+        ints = {
+            "linger_ms": 0, "batch_size": 1, "buffer_memory": 1, "max_block_ms": 0,
+            "max_request_size": 1, "request_timeout_ms": 1, "delivery_timeout_ms": 1,
+            "retries": 0, "retry_backoff_ms": 0, "retry_backoff_max_ms": 0,
+            "max_in_flight_requests_per_connection": 1, "metadata_max_age_ms": 0,
+            "reconnect_backoff_ms": 0, "reconnect_backoff_max_ms": 0,
+            "socket_connection_setup_timeout_ms": 1,
+        }
+        for name, minimum in ints.items():
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"{name} must be an int, got {type(value).__name__}")
+            if value < minimum:
+                raise ConfigError(f"{name} must be >= {minimum}, got {value}")
+        if self.acks not in (0, 1, -1):
+            raise ConfigError(f"acks must be 0, 1, -1 or 'all', got {self.acks!r}")
+        if not _parse_servers(self.bootstrap_servers):
+            raise ConfigError("bootstrap_servers is empty; give at least one 'host:port'")
+        if not isinstance(self.client_id, str):
+            raise ConfigError("client_id must be a str")
+        if self.compression_type not in _COMPRESSION:
+            raise ConfigError(
+                f"compression_type {self.compression_type!r} is not supported; "
+                f"choose one of {', '.join(_COMPRESSION)}"
+            )
+        if not (callable(self.partitioner) or self.partitioner in ("murmur2", "xxhash")):
+            raise ConfigError(
+                "partitioner must be 'murmur2', 'xxhash' or a callable "
+                "(topic, key_bytes, num_partitions) -> int"
+            )
+        for name in ("key_serializer", "value_serializer"):
+            value = getattr(self, name)
+            if value is not None and not callable(value):
+                raise ConfigError(f"{name} must be a callable or None")
+        if self.transactional_id is not None:
+            raise ConfigError("transactional_id: transactions are not implemented yet")
+        if self.retry_backoff_max_ms < self.retry_backoff_ms:
+            raise ConfigError("retry_backoff_max_ms must be >= retry_backoff_ms")
+        if self.delivery_timeout_ms < self.linger_ms + self.request_timeout_ms:
+            raise ConfigError(
+                "delivery_timeout_ms must be >= linger_ms + request_timeout_ms "
+                f"({self.linger_ms} + {self.request_timeout_ms}), got {self.delivery_timeout_ms}"
+            )
+        if self.max_request_size > self.buffer_memory:
+            # Java allows this, but a record that passes max_request_size could then
+            # never get memory: keep the bound honest.
+            raise ConfigError("max_request_size must be <= buffer_memory")
+
+        idempotence = self.enable_idempotence
+        conflicts = []
+        if self.acks != -1:
+            conflicts.append(f"acks={self.acks} (needs 'all')")
+        if self.retries == 0:
+            conflicts.append("retries=0 (needs > 0)")
+        if self.max_in_flight_requests_per_connection > 5:
+            conflicts.append(
+                f"max_in_flight_requests_per_connection="
+                f"{self.max_in_flight_requests_per_connection} (needs <= 5)"
+            )
+        if idempotence is None:
+            idempotence = not conflicts
+        elif idempotence and conflicts:
+            raise ConfigError(
+                "enable_idempotence=True conflicts with " + ", ".join(conflicts)
+            )
+        return dataclasses.replace(self, enable_idempotence=bool(idempotence))
+
+    @property
+    def servers(self) -> list[str]:
+        """``bootstrap_servers`` as a list of ``host:port`` strings."""
+        return _parse_servers(self.bootstrap_servers)
+
+
+def _normalise(name: str) -> str:
+    return name.replace(".", "_").replace("-", "_").lower()
+
+
+def _parse_acks(value: Any) -> int:
+    if value in ("all", "-1"):
+        return -1
+    if isinstance(value, str) and value.lstrip("-").isdigit():
+        return int(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise ConfigError(f"acks must be 0, 1, -1 or 'all', got {value!r}")
+
+
+def _parse_servers(value: str | list[str]) -> list[str]:
+    items = value.split(",") if isinstance(value, str) else list(value)
+    return [s.strip() for s in items if isinstance(s, str) and s.strip()]
+
+
+Acks = Literal[0, 1, -1, "all"]

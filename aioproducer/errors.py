@@ -1,0 +1,216 @@
+"""Typed errors: every failure a caller can see is one of these.
+
+Kafka error codes map to exception classes through :func:`for_code`. Whether an
+error is worth retrying comes from the code itself (``kio``'s ``ErrorCode`` carries
+the ``retriable`` flag of Kafka's own ``Errors`` table), so the Sender never guesses.
+"""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+__all__ = [
+    "ClusterAuthorizationError",
+    "InvalidProducerEpochError",
+    "InvalidRecordError",
+    "MessageTooLargeError",
+    "NotLeaderOrFollowerError",
+    "OutOfOrderSequenceError",
+    "PartitionError",
+    "TopicAuthorizationError",
+    "UnknownProducerIdError",
+    "UnknownTopicOrPartitionError",
+    "is_retriable",
+    "BrokerResponseError",
+    "BufferExhaustedError",
+    "ConfigError",
+    "DeliveryTimeoutError",
+    "IllegalStateError",
+    "KafkaConnectionError",
+    "KafkaError",
+    "KafkaTimeoutError",
+    "ProducerClosedError",
+    "ProtocolError",
+    "RecordTooLargeError",
+    "RequestTimedOutError",
+    "SerializationError",
+    "UnknownTopicError",
+    "UnsupportedVersionError",
+    "for_code",
+]
+
+
+class KafkaError(Exception):
+    """Base class of every error aioproducer raises on purpose."""
+
+    retriable: bool = False
+
+
+class ConfigError(KafkaError, ValueError):
+    """A producer option is unknown or has an invalid value."""
+
+
+class SerializationError(KafkaError, TypeError):
+    """A key, value or header is of a type the producer cannot send."""
+
+
+class IllegalStateError(KafkaError, RuntimeError):
+    """The producer was used in a state that does not allow the call."""
+
+
+class ProducerClosedError(IllegalStateError):
+    """The producer is closed (or closing); no more records can be sent."""
+
+
+class KafkaTimeoutError(KafkaError, TimeoutError):
+    """A bounded wait (``max_block_ms``, ``flush(timeout)``...) ran out."""
+
+
+class BufferExhaustedError(KafkaTimeoutError):
+    """``send()`` could not get buffer memory within ``max_block_ms``."""
+
+
+class UnknownTopicError(KafkaTimeoutError):
+    """Metadata for a topic did not arrive within ``max_block_ms``."""
+
+
+class DeliveryTimeoutError(KafkaTimeoutError):
+    """A record was not acknowledged within ``delivery_timeout_ms``."""
+
+    retriable = True
+
+
+class KafkaConnectionError(KafkaError, ConnectionError):
+    """A broker could not be reached, or the connection to it was lost."""
+
+    retriable = True
+
+
+class RequestTimedOutError(KafkaError):
+    """A request got no response within ``request_timeout_ms``."""
+
+    retriable = True
+
+
+class ProtocolError(KafkaError):
+    """A broker sent bytes that do not decode as the Kafka protocol says."""
+
+    retriable = True
+
+
+class UnsupportedVersionError(KafkaError):
+    """The broker and aioproducer share no version of a request they need."""
+
+
+class RecordTooLargeError(KafkaError, ValueError):
+    """A record is larger than ``max_request_size`` or ``buffer_memory``."""
+
+
+class PartitionError(KafkaError, ValueError):
+    """An explicit partition does not exist for the topic."""
+
+
+class BrokerResponseError(KafkaError):
+    """An error code returned by a broker.
+
+    ``code`` is the Kafka error code (``kio``'s ``ErrorCode``), ``retriable`` says
+    whether the producer may try again.
+    """
+
+    code: ErrorCode = ErrorCode.unknown_server_error
+
+    def __init__(self, message: str | None = None, *, code: ErrorCode | None = None) -> None:
+        if code is not None:
+            self.code = code
+        self.retriable = bool(self.code.retriable)
+        text = f"[{self.code.name.upper()} ({int(self.code)})]"
+        super().__init__(f"{text} {message}" if message else text)
+
+
+class NotLeaderOrFollowerError(BrokerResponseError):
+    """The broker is not the leader of the partition; metadata is refreshed and the batch retried."""
+
+    code = ErrorCode.not_leader_or_follower
+
+
+class UnknownTopicOrPartitionError(BrokerResponseError):
+    """The broker does not host this topic-partition."""
+
+    code = ErrorCode.unknown_topic_or_partition
+
+
+class MessageTooLargeError(BrokerResponseError):
+    """The broker refused a batch larger than its max.message.bytes."""
+
+    code = ErrorCode.message_too_large
+
+
+class TopicAuthorizationError(BrokerResponseError):
+    """The client is not authorized to write to this topic."""
+
+    code = ErrorCode.topic_authorization_failed
+
+
+class ClusterAuthorizationError(BrokerResponseError):
+    """The client is not authorized for a cluster-level operation (e.g. idempotent write)."""
+
+    code = ErrorCode.cluster_authorization_failed
+
+
+class OutOfOrderSequenceError(BrokerResponseError):
+    """The broker received a batch sequence out of order."""
+
+    code = ErrorCode.out_of_order_sequence_number
+
+
+class InvalidProducerEpochError(BrokerResponseError):
+    """The producer epoch is stale."""
+
+    code = ErrorCode.invalid_producer_epoch
+
+
+class UnknownProducerIdError(BrokerResponseError):
+    """The broker no longer knows this producer id."""
+
+    code = ErrorCode.unknown_producer_id
+
+
+class InvalidRecordError(BrokerResponseError):
+    """The broker rejected a record as invalid (for example a null key on a compacted topic)."""
+
+    code = ErrorCode.invalid_record
+
+
+_BY_CODE: dict[int, type[BrokerResponseError]] = {
+    int(cls.code): cls
+    for cls in (
+        NotLeaderOrFollowerError,
+        UnknownTopicOrPartitionError,
+        MessageTooLargeError,
+        TopicAuthorizationError,
+        ClusterAuthorizationError,
+        OutOfOrderSequenceError,
+        InvalidProducerEpochError,
+        UnknownProducerIdError,
+        InvalidRecordError,
+    )
+}
+
+
+def for_code(code: int, message: str | None = None) -> BrokerResponseError:
+    """The exception for a Kafka error code (``code`` must not be 0)."""
+    try:
+        ec = ErrorCode(code)
+    except ValueError:
+        ec = ErrorCode.unknown_server_error
+        message = f"unknown error code {code}" + (f": {message}" if message else "")
+    cls = _BY_CODE.get(int(ec), BrokerResponseError)
+    return cls(message, code=ec)
+
+
+def is_retriable(code: int) -> bool:
+    """Whether Kafka marks this error code retriable."""
+    try:
+        return bool(ErrorCode(code).retriable)
+    except ValueError:
+        return False

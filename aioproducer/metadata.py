@@ -1,0 +1,219 @@
+"""Cluster metadata: an immutable snapshot, replaced wholesale on each refresh.
+
+As in the Java producer, ``send()`` reads the current :class:`Cluster` without
+waiting; only a topic it has never seen makes it wait (bounded by ``max_block_ms``)
+for a newer version. Refreshes are requested by the Sender (unknown leaders,
+``NOT_LEADER_OR_FOLLOWER``) and run periodically every ``metadata_max_age_ms``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import KafkaError, UnknownTopicError, for_code
+
+__all__ = ["Cluster", "Metadata", "PartitionInfo", "TopicInfo"]
+
+log = logging.getLogger("aioproducer.metadata")
+
+_ZERO_UUID = uuid.UUID(int=0)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    partition: int
+    leader: int
+    """Leader node id, or -1 while there is none."""
+    leader_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    name: str
+    partitions: tuple[PartitionInfo, ...]
+    topic_id: uuid.UUID | None = None
+    available: tuple[int, ...] = ()
+    """Partitions that have a leader right now."""
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    """One metadata snapshot. Never mutated: a refresh builds a new one."""
+
+    nodes: dict[int, tuple[str, int]] = field(default_factory=dict)
+    topics: dict[str, TopicInfo] = field(default_factory=dict)
+    topic_errors: dict[str, int] = field(default_factory=dict)
+    """Topics the broker answered with an error code (e.g. unknown topic)."""
+    leaders: dict[tuple[str, int], int] = field(default_factory=dict)
+
+    @classmethod
+    def from_response(cls, response: Any) -> Cluster:
+        """Build a snapshot from a kio ``MetadataResponse`` (any version >= 1)."""
+        nodes = {int(b.node_id): (str(b.host), int(b.port)) for b in response.brokers}
+        topics: dict[str, TopicInfo] = {}
+        errors: dict[str, int] = {}
+        leaders: dict[tuple[str, int], int] = {}
+        for t in response.topics:
+            name = str(t.name)
+            if int(t.error_code) != 0:
+                errors[name] = int(t.error_code)
+                continue
+            parts = sorted(
+                (
+                    PartitionInfo(int(p.partition_index), int(p.leader_id),
+                                  int(getattr(p, "leader_epoch", -1)))
+                    for p in t.partitions
+                ),
+                key=lambda p: p.partition,
+            )
+            tid = getattr(t, "topic_id", None)
+            if tid == _ZERO_UUID:
+                tid = None
+            available = tuple(p.partition for p in parts if p.leader >= 0 and p.leader in nodes)
+            topics[name] = TopicInfo(name, tuple(parts), tid, available)
+            for p in parts:
+                if p.leader >= 0:
+                    leaders[(name, p.partition)] = p.leader
+        return cls(nodes, topics, errors, leaders)
+
+    def merged_with(self, newer: Cluster, requested: Iterable[str]) -> Cluster:
+        """``newer`` answered only for ``requested`` topics: keep the others we knew."""
+        asked = set(requested)
+        topics = {n: t for n, t in self.topics.items() if n not in asked}
+        topics.update(newer.topics)
+        errors = {n: e for n, e in self.topic_errors.items() if n not in asked}
+        errors.update(newer.topic_errors)
+        leaders = {tp: n for tp, n in self.leaders.items() if tp[0] not in asked}
+        leaders.update(newer.leaders)
+        return Cluster(dict(newer.nodes), topics, errors, leaders)
+
+    def leader_for(self, topic: str, partition: int) -> int | None:
+        return self.leaders.get((topic, partition))
+
+    def partition_count(self, topic: str) -> int | None:
+        info = self.topics.get(topic)
+        return len(info.partitions) if info is not None else None
+
+
+class Metadata:
+    """The producer's view of the cluster: the current snapshot plus refresh state.
+
+    It never does I/O itself: the Sender calls :meth:`due` and runs the fetch.
+    """
+
+    def __init__(self, *, max_age_ms: int, retry_backoff_ms: int) -> None:
+        self.cluster = Cluster()
+        self.version = 0
+        self._max_age = max_age_ms / 1000.0
+        self._backoff = retry_backoff_ms / 1000.0
+        self._last_refresh = 0.0
+        self._last_attempt = 0.0
+        self._need_update = True
+        self._in_progress = False
+        self.topics: dict[str, float] = {}
+        """Topics this producer uses, with the time they were last used."""
+        self._waiters: list[asyncio.Future[None]] = []
+        self._fatal: KafkaError | None = None
+        self.on_update_request: Any = None
+        """Called (no arguments) when someone needs a refresh now: wakes the Sender."""
+
+    # -- asked by send() ---------------------------------------------------------
+
+    def add_topic(self, topic: str) -> None:
+        if topic not in self.topics:
+            self.topics[topic] = time.monotonic()
+            self.request_update()
+
+    def request_update(self) -> None:
+        self._need_update = True
+        hook = self.on_update_request
+        if hook is not None:
+            hook()
+
+    async def wait_for_topic(self, topic: str, max_wait_s: float) -> TopicInfo:
+        """The topic's metadata, waiting for refreshes up to ``max_wait_s``."""
+        info = self.cluster.topics.get(topic)
+        if info is not None:
+            return info
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max_wait_s
+        self.add_topic(topic)
+        while True:
+            if self._fatal is not None:
+                raise self._fatal
+            info = self.cluster.topics.get(topic)
+            if info is not None:
+                return info
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                code = self.cluster.topic_errors.get(topic)
+                cause = f" (last answer: {for_code(code)})" if code else ""
+                raise UnknownTopicError(
+                    f"topic {topic!r} is not present in metadata after "
+                    f"{max_wait_s * 1000:.0f} ms{cause}; create it, or check the name "
+                    "(the producer does not create topics)"
+                )
+            self.request_update()
+            fut: asyncio.Future[None] = loop.create_future()
+            self._waiters.append(fut)
+            try:
+                await asyncio.wait_for(fut, remaining)
+            except asyncio.TimeoutError:
+                pass
+            finally:
+                if fut in self._waiters:
+                    self._waiters.remove(fut)
+
+    # -- driven by the Sender ----------------------------------------------------
+
+    def due_in(self, now: float) -> float:
+        """Seconds until a refresh should start (0 = now); inf while one runs."""
+        if self._in_progress:
+            return float("inf")
+        backoff_left = self._last_attempt + self._backoff - now
+        if self._need_update:
+            return max(0.0, backoff_left)
+        return max(0.0, self._last_refresh + self._max_age - now, backoff_left)
+
+    def refresh_started(self, now: float) -> list[str]:
+        """Mark a refresh as running; returns the topics to ask for."""
+        self._in_progress = True
+        self._last_attempt = now
+        return sorted(self.topics)
+
+    def refresh_failed(self, now: float, exc: BaseException) -> None:
+        self._in_progress = False
+        self._need_update = True
+        log.debug("metadata refresh failed: %s", exc)
+
+    def refresh_done(self, now: float, cluster: Cluster, requested: list[str]) -> None:
+        self._in_progress = False
+        self._last_refresh = now
+        self._need_update = False
+        old = self.cluster
+        self.cluster = old.merged_with(cluster, requested)
+        self.version += 1
+        if old.leaders != self.cluster.leaders:
+            log.debug("metadata version %d: %d topics, %d nodes", self.version,
+                      len(self.cluster.topics), len(self.cluster.nodes))
+        # Unknown topics keep waiters waiting; ask again after the backoff.
+        if any(t not in self.cluster.topics for t in requested):
+            self._need_update = True
+        self._wake_waiters()
+
+    def fail_waiters(self, exc: KafkaError) -> None:
+        """A fatal error (e.g. producer closed): every metadata wait raises it."""
+        self._fatal = exc
+        self._wake_waiters()
+
+    def _wake_waiters(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)

@@ -1,0 +1,99 @@
+"""Choosing a partition: explicit > hash of the key > sticky for keyless records.
+
+The default key hash is murmur2 exactly as the Java client computes it, so a keyed
+record lands where a Java (or librdkafka ``murmur2_random``) producer puts it.
+Keyless records stick to one partition until a new batch has to be opened for it
+(KIP-480), so batches fill up instead of spraying one record per partition.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+import xxhash
+
+from ._native import murmur2_partition
+from .config import Partitioner
+from .errors import ConfigError, PartitionError
+from .metadata import TopicInfo
+
+__all__ = ["RecordPartitioner", "xxhash_partition"]
+
+
+def xxhash_partition(key: bytes, num_partitions: int) -> int:
+    """A fast non-Java hash: XXH3-64 of the key modulo the partition count."""
+    return int(xxhash.xxh3_64_intdigest(key) % num_partitions)
+
+
+class RecordPartitioner:
+    """Picks the partition of each record (``partitioner`` / ``partitioner.ignore.keys``)."""
+
+    __slots__ = ("_custom", "_hash", "_ignore_keys", "_rng", "_sticky")
+
+    def __init__(self, partitioner: str | Partitioner, *, ignore_keys: bool = False) -> None:
+        self._custom: Partitioner | None = None
+        self._hash: Callable[[bytes, int], int]
+        if callable(partitioner):
+            self._custom = partitioner
+            self._hash = murmur2_partition
+        elif partitioner == "murmur2":
+            self._hash = murmur2_partition
+        elif partitioner == "xxhash":
+            self._hash = xxhash_partition
+        else:  # config validation already refuses this
+            raise ConfigError(f"unknown partitioner {partitioner!r}")
+        self._ignore_keys = ignore_keys
+        self._sticky: dict[str, int] = {}
+        self._rng = random.Random()
+
+    def partition(self, topic: str, key: bytes | None, explicit: int | None,
+                  info: TopicInfo) -> int:
+        """The partition for one record, given the topic's current metadata."""
+        n = len(info.partitions)
+        if explicit is not None:
+            if isinstance(explicit, bool) or not isinstance(explicit, int):
+                raise PartitionError(
+                    f"partition must be an int, got {type(explicit).__name__}"
+                )
+            if not 0 <= explicit < n:
+                raise PartitionError(
+                    f"partition {explicit} is out of range for topic {topic!r} "
+                    f"with {n} partitions (valid: 0..{n - 1})"
+                )
+            return explicit
+        if self._custom is not None:
+            p = self._custom(topic, key, n)
+            if isinstance(p, bool) or not isinstance(p, int) or not 0 <= p < n:
+                raise PartitionError(
+                    f"custom partitioner returned {p!r} for topic {topic!r} with {n} partitions"
+                )
+            return p
+        if key is not None and not self._ignore_keys:
+            return self._hash(key, n)
+        return self.sticky(topic, info)
+
+    def sticky(self, topic: str, info: TopicInfo) -> int:
+        p = self._sticky.get(topic)
+        if p is None or p >= len(info.partitions):
+            p = self._choose(info, None)
+            self._sticky[topic] = p
+        return p
+
+    def is_sticky_choice(self, topic: str, key: bytes | None, explicit: int | None) -> bool:
+        """Whether this record's partition came from the sticky choice."""
+        return explicit is None and self._custom is None and (key is None or self._ignore_keys)
+
+    def on_new_batch(self, topic: str, info: TopicInfo, previous: int) -> int:
+        """A keyless record needs a new batch on ``previous``: move the sticky partition."""
+        current = self._sticky.get(topic)
+        if current is None or current == previous:
+            current = self._choose(info, previous)
+            self._sticky[topic] = current
+        return current
+
+    def _choose(self, info: TopicInfo, avoid: int | None) -> int:
+        candidates = info.available or tuple(p.partition for p in info.partitions)
+        if len(candidates) > 1 and avoid is not None:
+            candidates = tuple(p for p in candidates if p != avoid)
+        return candidates[self._rng.randrange(len(candidates))]

@@ -1,0 +1,327 @@
+"""The public :class:`Producer`: ``await producer.send(...)`` and its lifecycle."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ._native import BATCH_HEADER_SIZE, record_size_upper_bound
+from .accumulator import RecordAccumulator
+from .config import ProducerConfig
+from .errors import (
+    IllegalStateError,
+    KafkaTimeoutError,
+    ProducerClosedError,
+    RecordTooLargeError,
+    SerializationError,
+)
+from .metadata import Cluster, Metadata, TopicInfo
+from .net.client import KafkaClient
+from .partitioner import RecordPartitioner
+from .record import RecordFuture, RecordMetadata
+from .sender import Sender
+
+__all__ = ["Header", "Producer"]
+
+log = logging.getLogger("aioproducer.producer")
+
+Header = tuple[str, "bytes | bytearray | memoryview | None"]
+
+_NEW, _RUNNING, _CLOSING, _CLOSED = range(4)
+_BYTES_TYPES = (bytes, bytearray, memoryview)
+
+
+class Producer:
+    """An asyncio Kafka producer with the Java ``KafkaProducer``'s semantics.
+
+    Construct it anywhere (no event loop is needed), then ``await start()`` or use
+    ``async with Producer(...) as producer:``. Options are :class:`ProducerConfig`
+    fields, by Python name (``linger_ms``) or Java name (``"linger.ms"``).
+    """
+
+    def __init__(self, config: ProducerConfig | Mapping[str, Any] | None = None,
+                 **options: Any) -> None:
+        if isinstance(config, ProducerConfig):
+            if options:
+                raise IllegalStateError("pass either a ProducerConfig or options, not both")
+            self.config = config.validated()
+        else:
+            self.config = ProducerConfig.from_options(config, **options)
+        c = self.config
+        self._state = _NEW
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._metadata = Metadata(max_age_ms=c.metadata_max_age_ms,
+                                  retry_backoff_ms=c.retry_backoff_ms)
+        self._accumulator = RecordAccumulator(
+            batch_size=c.batch_size, buffer_memory=c.buffer_memory, linger_ms=c.linger_ms,
+            retry_backoff_ms=c.retry_backoff_ms, retry_backoff_max_ms=c.retry_backoff_max_ms,
+            delivery_timeout_ms=c.delivery_timeout_ms,
+        )
+        self._partitioner = RecordPartitioner(c.partitioner, ignore_keys=c.partitioner_ignore_keys)
+        self._client: KafkaClient | None = None
+        self._sender: Sender | None = None
+        self._max_block_s = c.max_block_ms / 1000.0
+        self._max_request_size = c.max_request_size
+        self._key_serializer = c.key_serializer
+        self._value_serializer = c.value_serializer
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect to the cluster (bounded by ``max_block_ms``) and start the Sender."""
+        if self._state != _NEW:
+            raise IllegalStateError("start() can be called once, on a new producer")
+        c = self.config
+        self._loop = asyncio.get_running_loop()
+        client = KafkaClient(
+            c.servers, client_id=c.client_id, request_timeout_ms=c.request_timeout_ms,
+            connect_timeout_ms=c.socket_connection_setup_timeout_ms,
+            reconnect_backoff_ms=c.reconnect_backoff_ms,
+            reconnect_backoff_max_ms=c.reconnect_backoff_max_ms,
+        )
+        self._client = client
+        try:
+            response = await client.bootstrap(self._max_block_s)
+        except BaseException:
+            await client.close()
+            self._state = _CLOSED
+            raise
+        cluster = Cluster.from_response(response)
+        client.update_nodes(cluster.nodes)
+        self._metadata.refresh_done(time.monotonic(), cluster, [])
+        self._sender = Sender(c, client, self._metadata, self._accumulator)
+        self._sender.start()
+        self._state = _RUNNING
+
+    async def __aenter__(self) -> Producer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def flush(self, timeout: float | None = None) -> None:
+        """Send everything buffered now and wait until all of it is acknowledged or failed.
+
+        Raises :class:`KafkaTimeoutError` if ``timeout`` seconds pass first.
+        """
+        self._check_loop()
+        acc = self._accumulator
+        pending = [b.result for b in acc.incomplete]
+        if not pending:
+            return
+        acc.flushes_in_progress += 1
+        if self._sender is not None:
+            self._sender.wakeup()
+        try:
+            _done, not_done = await asyncio.wait(pending, timeout=timeout)
+        finally:
+            acc.flushes_in_progress -= 1
+        if not_done:
+            records = sum(b.record_count for b in acc.incomplete if b.result in not_done)
+            raise KafkaTimeoutError(
+                f"flush() timed out after {timeout} s with {records} record(s) not yet "
+                "acknowledged; they stay buffered and will still be retried"
+            )
+
+    async def close(self, timeout: float | None = None) -> None:
+        """Send what is buffered, then release everything.
+
+        Waits up to ``timeout`` seconds (None: until every record is acknowledged or
+        has expired after ``delivery_timeout_ms``). Records still undelivered then fail
+        with :class:`ProducerClosedError`. Safe to call more than once.
+        """
+        if self._state in (_CLOSED, _CLOSING):
+            if self._state == _CLOSING:
+                while self._state != _CLOSED:
+                    await asyncio.sleep(0.01)
+            return
+        if self._state == _NEW:
+            self._state = _CLOSED
+            return
+        self._check_loop()
+        self._state = _CLOSING
+        acc = self._accumulator
+        acc.closing = True
+        self._metadata.fail_waiters(ProducerClosedError("the producer was closed"))
+        acc.wake_all_waiters()
+        sender = self._sender
+        try:
+            if sender is not None and sender.task is not None:
+                sender.wakeup()
+                try:
+                    await asyncio.wait_for(asyncio.shield(sender.task), timeout)
+                except (asyncio.TimeoutError, asyncio.CancelledError):
+                    pass
+                except Exception:  # the sender crashed; it already failed everything
+                    pass
+            failed = acc.abort_all(ProducerClosedError(
+                "the producer was closed before this record was acknowledged"))
+            if failed:
+                log.warning("close(): %d record(s) were not delivered and failed", failed)
+        finally:
+            if sender is not None:
+                await sender.stop()
+            if self._client is not None:
+                await self._client.close()
+            self._state = _CLOSED
+
+    @property
+    def closed(self) -> bool:
+        return self._state == _CLOSED
+
+    # -- sending -----------------------------------------------------------------
+
+    async def send(self, topic: str, value: Any = None, key: Any = None, *,
+                   partition: int | None = None, timestamp_ms: int | None = None,
+                   headers: Sequence[Header] | None = None) -> RecordFuture:
+        """Append a record; returns once it is buffered (not yet acknowledged).
+
+        Waits only for the topic's metadata (first use) and for buffer memory, both
+        bounded by ``max_block_ms``. ``await`` the returned :class:`RecordFuture` for
+        the :class:`RecordMetadata`.
+        """
+        if self._state != _RUNNING:
+            self._raise_not_running()
+        if self._key_serializer is not None:
+            key = self._key_serializer(key)
+        if self._value_serializer is not None:
+            value = self._value_serializer(value)
+        if key is not None and type(key) is not bytes:
+            key = _check_bytes("key", key)
+        if value is not None and type(value) is not bytes:
+            value = _check_bytes("value", value)
+        if headers is not None:
+            headers = _check_headers(headers)
+        if not isinstance(topic, str) or not topic:
+            raise SerializationError(f"topic must be a non-empty str, got {topic!r}")
+        if timestamp_ms is None:
+            timestamp_ms = int(time.time() * 1000)
+        elif isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, int) \
+                or timestamp_ms < 0:
+            raise SerializationError(
+                f"timestamp_ms must be a non-negative int (ms since the epoch), "
+                f"got {timestamp_ms!r}")
+
+        info = self._metadata.cluster.topics.get(topic)
+        started = 0.0
+        if info is None:
+            started = time.monotonic()
+            info = await self._metadata.wait_for_topic(topic, self._max_block_s)
+            if self._state != _RUNNING:
+                self._raise_not_running()
+        part = self._partitioner.partition(topic, key, partition, info)
+        acc = self._accumulator
+        tp = (topic, part)
+        appended = acc.try_append(tp, timestamp_ms, key, value, headers)
+        if appended is None and acc.batches.get(tp) and \
+                self._partitioner.is_sticky_choice(topic, key, partition):
+            # KIP-480: the sticky partition's batch is full; move to another partition.
+            part = self._partitioner.on_new_batch(topic, info, part)
+            tp = (topic, part)
+            appended = acc.try_append(tp, timestamp_ms, key, value, headers)
+        if appended is None:
+            appended = await self._append_new_batch(tp, info, timestamp_ms, key, value,
+                                                     headers, started)
+        batch, index = appended
+        return RecordFuture(batch, index, timestamp_ms,
+                            -1 if key is None else len(key),
+                            -1 if value is None else len(value))
+
+    async def send_and_wait(self, topic: str, value: Any = None, key: Any = None, *,
+                            partition: int | None = None, timestamp_ms: int | None = None,
+                            headers: Sequence[Header] | None = None) -> RecordMetadata:
+        """``send()`` and wait for the acknowledgement."""
+        fut = await self.send(topic, value, key, partition=partition,
+                              timestamp_ms=timestamp_ms, headers=headers)
+        return await fut
+
+    async def partitions_for(self, topic: str) -> list[int]:
+        """The topic's partition ids (waits for metadata up to ``max_block_ms``)."""
+        if self._state != _RUNNING:
+            self._raise_not_running()
+        info = await self._metadata.wait_for_topic(topic, self._max_block_s)
+        return [p.partition for p in info.partitions]
+
+    async def _append_new_batch(self, tp: tuple[str, int], info: TopicInfo, timestamp_ms: int,
+                                key: Any, value: Any, headers: Any,
+                                started: float) -> Any:
+        record_size = record_size_upper_bound(
+            -1 if key is None else len(key), -1 if value is None else len(value), headers)
+        size = record_size + BATCH_HEADER_SIZE
+        if size > self._max_request_size:
+            raise RecordTooLargeError(
+                f"the record is {size} bytes when serialized, larger than "
+                f"max_request_size={self._max_request_size}; raise max_request_size "
+                "(and the topic's max.message.bytes) or send a smaller record")
+        acc = self._accumulator
+        remaining = self._max_block_s - (time.monotonic() - started if started else 0.0)
+        block = await acc.allocate(acc.block_size_for(record_size), max(remaining, 0.0))
+        if self._state != _RUNNING:
+            acc.release_block(block)
+            self._raise_not_running()
+        # Another send may have opened a batch for this partition while we waited.
+        appended = acc.try_append(tp, timestamp_ms, key, value, headers)
+        if appended is not None:
+            acc.release_block(block)
+            return appended
+        loop = self._loop
+        assert loop is not None
+        batch = acc.new_batch(tp, block, loop)
+        index = batch.builder.append(timestamp_ms, key, value, headers)
+        if index < 0:  # cannot happen: the block was sized for this record
+            raise RecordTooLargeError("record does not fit in a block sized for it")
+        sender = self._sender
+        if sender is not None:
+            sender.wakeup()
+        return batch, index
+
+    # -- helpers -----------------------------------------------------------------
+
+    def _raise_not_running(self) -> None:
+        if self._state == _NEW:
+            raise IllegalStateError(
+                "the producer is not started: call 'await producer.start()' or use "
+                "'async with Producer(...)' before send()")
+        raise ProducerClosedError("cannot send: the producer is closed")
+
+    def _check_loop(self) -> None:
+        if self._loop is not None and asyncio.get_running_loop() is not self._loop:
+            raise IllegalStateError(
+                "this producer was started on another event loop; use it only from the "
+                "loop that started it")
+
+    @property
+    def metadata_cluster(self) -> Cluster:
+        """The current cluster metadata snapshot."""
+        return self._metadata.cluster
+
+
+def _check_bytes(what: str, obj: Any) -> Any:
+    if isinstance(obj, _BYTES_TYPES):
+        if isinstance(obj, memoryview) and not obj.c_contiguous:
+            raise SerializationError(f"{what} memoryview must be C-contiguous")
+        return obj.cast("B") if isinstance(obj, memoryview) and obj.format != "B" else obj
+    raise SerializationError(
+        f"{what} must be bytes, bytearray, memoryview or None, got {type(obj).__name__}; "
+        f"encode it first or configure {what}_serializer")
+
+
+def _check_headers(headers: Any) -> list[tuple[str, Any]]:
+    if isinstance(headers, (str, bytes)) or not isinstance(headers, (list, tuple)):
+        raise SerializationError(
+            f"headers must be a list of (str, bytes | None) pairs, got {type(headers).__name__}")
+    out: list[tuple[str, Any]] = []
+    for item in headers:
+        if not isinstance(item, tuple) or len(item) != 2:
+            raise SerializationError(f"each header must be a (str, bytes | None) pair, got {item!r}")
+        hkey, hval = item
+        if not isinstance(hkey, str):
+            raise SerializationError(f"header key must be str, got {type(hkey).__name__}")
+        if hval is not None and type(hval) is not bytes:
+            hval = _check_bytes(f"header {hkey!r} value", hval)
+        out.append((hkey, hval))
+    return out

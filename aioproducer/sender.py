@@ -1,0 +1,400 @@
+"""The Sender: one asyncio task per producer, in the role of Java's Sender thread.
+
+Each pass: refresh metadata when due, get a producer id when idempotent, expire
+batches past ``delivery_timeout_ms``, find the leaders with sendable batches
+(``ready``), take batches for them (``drain``), close each batch natively (header,
+sequence, CRC32C) and write one Produce request per leader with the pool blocks as
+zero-copy views. Responses come back as future callbacks: they complete batches
+(and so every record future), retry what is retriable, and wake this task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import time
+from collections import deque
+from functools import partial
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from .accumulator import ProducerBatch, RecordAccumulator, TopicPartition
+from .config import ProducerConfig
+from .errors import (
+    DeliveryTimeoutError,
+    KafkaError,
+    OutOfOrderSequenceError,
+    ProtocolError,
+    for_code,
+)
+from .metadata import Cluster, Metadata
+from .net.client import KafkaClient
+from .net.protocol import decode_produce_response, encode_produce_body
+from .producer_id import ProducerIdManager
+
+__all__ = ["Sender"]
+
+log = logging.getLogger("aioproducer.sender")
+
+_PRODUCE = 0
+_METADATA_ERRORS = frozenset({
+    int(ErrorCode.not_leader_or_follower),
+    int(ErrorCode.unknown_topic_or_partition),
+    int(ErrorCode.leader_not_available),
+    int(ErrorCode.fenced_leader_epoch),
+    int(ErrorCode.unknown_leader_epoch),
+    int(ErrorCode.kafka_storage_error),
+    int(ErrorCode.not_enough_replicas),
+})
+_DUPLICATE_SEQUENCE = int(ErrorCode.duplicate_sequence_number)
+
+
+class Sender:
+    """Moves batches from the accumulator to the brokers and completes them."""
+
+    def __init__(self, config: ProducerConfig, client: KafkaClient, metadata: Metadata,
+                 accumulator: RecordAccumulator) -> None:
+        self.config = config
+        self.client = client
+        self.metadata = metadata
+        self.acc = accumulator
+        self.acks = config.acks
+        self.max_in_flight = config.max_in_flight_requests_per_connection
+        self.request_timeout_ms = config.request_timeout_ms
+        self.retries = config.retries
+        self.delivery_timeout = config.delivery_timeout_ms / 1000.0
+        self.reconnect_backoff = config.reconnect_backoff_ms / 1000.0
+        self.guarantee_order = self.max_in_flight == 1
+        self.pid = ProducerIdManager(client, config) if config.enable_idempotence else None
+        self.in_flight: dict[TopicPartition, deque[ProducerBatch]] = {}
+        self.task: asyncio.Task[None] | None = None
+        self._sleeper: asyncio.Future[None] | None = None
+        self._background: set[asyncio.Task[Any]] = set()
+        self._stopped = False
+        client.on_ready_change = self.wakeup
+        metadata.on_update_request = self.wakeup
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    def start(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(self._run(), name="aioproducer-sender")
+
+    def wakeup(self) -> None:
+        """Make the Sender look again now (cheap; called from send() on a new batch)."""
+        s = self._sleeper
+        if s is not None and not s.done():
+            s.set_result(None)
+
+    async def stop(self) -> None:
+        """Cancel the task and every background request it started."""
+        self._stopped = True
+        tasks = list(self._background)
+        if self.task is not None:
+            tasks.append(self.task)
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    def spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while not self._stopped:
+                delay = self.run_once(time.monotonic())
+                if self.acc.closing and not self.acc.incomplete:
+                    return
+                self._sleeper = loop.create_future()
+                handle = loop.call_later(min(delay, 1.0), self.wakeup) if delay > 0 else None
+                if delay <= 0:
+                    self._sleeper.set_result(None)
+                try:
+                    await self._sleeper
+                finally:
+                    self._sleeper = None
+                    if handle is not None:
+                        handle.cancel()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug: fail loudly, never leave sends hanging
+            log.exception("aioproducer sender crashed")
+            self.acc.abort_all(KafkaError(f"the producer's sender task crashed: {exc!r}"))
+            raise
+
+    # -- one pass ----------------------------------------------------------------
+
+    def run_once(self, now: float) -> float:
+        delay = float("inf")
+        md_due = self.metadata.due_in(now)
+        if md_due <= 0:
+            self.spawn(self._refresh_metadata())
+        else:
+            delay = md_due
+
+        for batch in self.acc.expired(now):
+            self._fail(batch, DeliveryTimeoutError(self._expiry_text(batch, now, None)))
+
+        if self.pid is not None and self.pid.bump_needed and not any(self.in_flight.values()):
+            # KIP-360: nothing in flight any more, so renumber under a new epoch.
+            self.pid.begin_bump()
+            for dq in self.acc.batches.values():
+                for b in dq:
+                    b.base_sequence = -1
+        if self.pid is not None and self.pid.bump_needed:
+            return min(delay, 0.05)  # wait for in-flight requests to finish first
+        if self.pid is not None and not self.pid.ready:
+            if self.pid.error is not None:
+                self.acc.abort_all(self.pid.error)
+                return delay
+            wait = self.pid.due_in(now)
+            if wait <= 0:
+                self.spawn(self._init_producer_id())
+            return min(delay, max(wait, 0.01), self.acc.delivery_timeout)
+
+        cluster = self.metadata.cluster
+        muted = self._muted()
+        res = self.acc.ready(cluster, now, muted)
+        if res.unknown_leaders:
+            self.metadata.request_update()
+        sendable = []
+        for node in res.nodes:
+            if self._node_sendable(node):
+                sendable.append(node)
+            else:
+                delay = min(delay, self.reconnect_backoff)
+        if sendable:
+            drained = self.acc.drain(cluster, sendable, self.config.max_request_size, now,
+                                     muted, self._may_send if self.pid else None)
+            for node, batches in drained.items():
+                self._send_produce(node, batches, cluster, now)
+        delay = min(delay, res.next_check)
+        if self.acc.incomplete:
+            # Expiry must be noticed even when nothing else happens.
+            oldest = min(b.created for b in self.acc.incomplete)
+            delay = min(delay, max(0.0, oldest + self.delivery_timeout - now))
+        return delay
+
+    def _muted(self) -> set[TopicPartition]:
+        if not self.guarantee_order:
+            return set()
+        return {tp for tp, dq in self.in_flight.items() if dq}
+
+    def _node_sendable(self, node: int) -> bool:
+        if not self.client.ready(node):
+            return False
+        conn = self.client.connection(node)
+        return conn is not None and conn.in_flight < self.max_in_flight and conn.can_write
+
+    def _may_send(self, batch: ProducerBatch) -> bool:
+        """Idempotence: a retried batch goes out only when nothing before it is in flight."""
+        flying = self.in_flight.get(batch.tp)
+        if not flying:
+            return True
+        if batch.base_sequence >= 0:
+            return False
+        return len(flying) < 5
+
+    # -- produce -----------------------------------------------------------------
+
+    def _send_produce(self, node: int, batches: list[ProducerBatch], cluster: Cluster,
+                      now: float) -> None:
+        conn = self.client.connection(node)
+        if conn is None:  # lost between ready() and here: put them back
+            for b in batches:
+                self.acc.reenqueue(b, now)
+            return
+        version = conn.version_for(_PRODUCE, 9, 13)
+        by_topic: dict[str, list[tuple[int, memoryview]]] = {}
+        for b in batches:
+            self._close_batch(b)
+            by_topic.setdefault(b.topic, []).append((b.partition, b.builder.view()))
+        topics = []
+        for topic, parts in by_topic.items():
+            info = cluster.topics.get(topic)
+            tid = info.topic_id if info is not None else None
+            if tid is None:
+                version = min(version, 12)
+            topics.append((topic, tid, parts))
+        body = encode_produce_body(
+            version, transactional_id=None, acks=self.acks,
+            timeout_ms=self.request_timeout_ms, topics=topics,
+        )
+        for b in batches:
+            self.in_flight.setdefault(b.tp, deque()).append(b)
+        try:
+            fut = conn.send_raw(_PRODUCE, version, body, flexible=True,
+                                expect_response=self.acks != 0)
+        except Exception as exc:  # connection died under us
+            self._on_produce_done(node, version, batches, exc, None)
+            return
+        if fut is None:  # acks=0: nothing comes back; done once written
+            self._on_produce_done(node, version, batches, None, None)
+            return
+        fut.add_done_callback(partial(self._on_produce_future, node, version, batches))
+
+    def _close_batch(self, b: ProducerBatch) -> None:
+        pid = self.pid
+        if pid is None:
+            if not b.closed:
+                b.builder.close()
+            return
+        if b.base_sequence < 0:
+            b.base_sequence = pid.next_sequence(b.tp, b.record_count)
+            b.producer_id, b.producer_epoch = pid.producer_id, pid.epoch
+            if b.closed:  # renumbered after an epoch bump
+                b.builder.set_producer_state(b.producer_id, b.producer_epoch, b.base_sequence)
+            else:
+                b.builder.close(b.producer_id, b.producer_epoch, b.base_sequence)
+        elif (b.producer_id, b.producer_epoch) != (pid.producer_id, pid.epoch):
+            b.producer_id, b.producer_epoch = pid.producer_id, pid.epoch
+            b.builder.set_producer_state(b.producer_id, b.producer_epoch, b.base_sequence)
+
+    def _on_produce_future(self, node: int, version: int, batches: list[ProducerBatch],
+                           fut: asyncio.Future[memoryview]) -> None:
+        if fut.cancelled():
+            self._on_produce_done(node, version, batches,
+                                  ProtocolError("produce request was cancelled"), None)
+            return
+        exc = fut.exception()
+        self._on_produce_done(node, version, batches, exc, None if exc else fut.result())
+
+    def _on_produce_done(self, node: int, version: int, batches: list[ProducerBatch],
+                         exc: BaseException | None, body: memoryview | None) -> None:
+        now = time.monotonic()
+        for b in batches:
+            flying = self.in_flight.get(b.tp)
+            if flying is not None:
+                try:
+                    flying.remove(b)
+                except ValueError:
+                    pass
+        try:
+            if exc is not None:
+                log.debug("produce request to node %s failed: %s", node, exc)
+                self.metadata.request_update()
+                for b in batches:
+                    self._retry_or_fail(b, exc, now)
+                return
+            if body is None:  # acks=0
+                for b in batches:
+                    self.acc.complete(b, -1, -1, None)
+                return
+            try:
+                response = decode_produce_response(version, body)
+            except Exception as dexc:
+                perr = ProtocolError(f"undecodable produce response from node {node}: {dexc}")
+                for b in batches:
+                    self._retry_or_fail(b, perr, now)
+                return
+            results: dict[TopicPartition, Any] = {}
+            for topic_resp in response.responses:
+                name = getattr(topic_resp, "name", None)
+                if name is None:
+                    name = self._topic_for_id(topic_resp.topic_id)
+                for p in topic_resp.partition_responses:
+                    results[(name, int(p.index))] = p
+            for b in batches:
+                p = results.get(b.tp)
+                if p is None:
+                    self._retry_or_fail(
+                        b, ProtocolError(f"produce response from node {node} lacks {b.tp}"), now)
+                    continue
+                code = int(p.error_code)
+                if code == 0:
+                    if self.pid is not None:
+                        self.pid.acknowledged(b.tp, b.base_sequence + b.record_count - 1)
+                    self.acc.complete(b, int(p.base_offset), _log_append_ms(p.log_append_time),
+                                      None)
+                elif code == _DUPLICATE_SEQUENCE:
+                    # Already written by an earlier attempt; the offset is not known.
+                    self.acc.complete(b, -1, -1, None)
+                else:
+                    if code in _METADATA_ERRORS:
+                        self.metadata.request_update()
+                    msg = p.error_message or None
+                    self._retry_or_fail(b, for_code(code, msg), now)
+        finally:
+            self.wakeup()
+
+    def _topic_for_id(self, topic_id: Any) -> str | None:
+        for name, info in self.metadata.cluster.topics.items():
+            if info.topic_id == topic_id:
+                return name
+        return None
+
+    def _retry_or_fail(self, b: ProducerBatch, exc: BaseException, now: float) -> None:
+        retriable = bool(getattr(exc, "retriable", False))
+        if isinstance(exc, OutOfOrderSequenceError) and self._earlier_pending(b):
+            # An earlier batch of this partition failed and will be resent first.
+            retriable = True
+        if self._stopped or self.acc.closing and not self.acc.incomplete:
+            retriable = False
+        if retriable and b.attempts < self.retries:
+            if now - b.created + self.acc.retry_backoff >= self.delivery_timeout:
+                self._fail(b, DeliveryTimeoutError(self._expiry_text(b, now, exc)))
+                return
+            log.debug("retrying %r after %s", b, exc)
+            self.acc.reenqueue(b, now)
+            return
+        self._fail(b, exc)
+
+    def _earlier_pending(self, b: ProducerBatch) -> bool:
+        dq = self.acc.batches.get(b.tp)
+        if dq and any(0 <= x.base_sequence < b.base_sequence for x in dq):
+            return True
+        flying = self.in_flight.get(b.tp)
+        return bool(flying) and any(0 <= x.base_sequence < b.base_sequence for x in flying or ())
+
+    def _fail(self, b: ProducerBatch, exc: BaseException) -> None:
+        log.warning("failed to deliver %d record(s) to %s-%d: %s",
+                    b.record_count, b.topic, b.partition, exc)
+        if self.pid is not None and b.base_sequence >= 0:
+            self.pid.batch_failed(b.tp)
+        self.acc.complete(b, -1, -1, exc)
+
+    def _expiry_text(self, b: ProducerBatch, now: float, cause: BaseException | None) -> str:
+        text = (f"{b.record_count} record(s) for {b.topic}-{b.partition} expired: "
+                f"{(now - b.created) * 1000:.0f} ms since the batch was created "
+                f"(delivery_timeout_ms={self.delivery_timeout * 1000:.0f})")
+        return text + (f"; last error: {cause}" if cause is not None else "")
+
+    # -- background requests -----------------------------------------------------
+
+    async def _refresh_metadata(self) -> None:
+        md = self.metadata
+        topics = md.refresh_started(time.monotonic())
+        try:
+            response = await self.client.fetch_metadata(
+                topics, timeout_s=self.request_timeout_ms / 1000.0)
+            cluster = Cluster.from_response(response)
+            self.client.update_nodes(cluster.nodes)
+            md.refresh_done(time.monotonic(), cluster, topics)
+        except asyncio.CancelledError:
+            md.refresh_failed(time.monotonic(), KafkaError("cancelled"))
+            raise
+        except Exception as exc:
+            md.refresh_failed(time.monotonic(), exc)
+        finally:
+            self.wakeup()
+
+    async def _init_producer_id(self) -> None:
+        assert self.pid is not None
+        try:
+            await self.pid.init(time.monotonic())
+        finally:
+            self.wakeup()
+
+
+def _log_append_ms(value: Any) -> int:
+    if value is None:
+        return -1
+    if isinstance(value, datetime.datetime):
+        return int(value.timestamp() * 1000)
+    return int(value)
+
