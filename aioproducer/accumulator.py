@@ -28,7 +28,7 @@ class ProducerBatch:
 
     __slots__ = (
         "attempts", "base_offset", "base_sequence", "block", "builder", "created",
-        "drained", "error", "full", "log_append_time", "next_attempt", "partition",
+        "drained", "error", "full", "last_error", "log_append_time", "next_attempt", "partition",
         "producer_epoch", "producer_id", "result", "topic", "tp",
     )
 
@@ -47,6 +47,8 @@ class ProducerBatch:
         self.base_offset = -1
         self.log_append_time = -1
         self.error: BaseException | None = None
+        self.last_error: BaseException | None = None
+        """The most recent retriable error, for the message if the batch expires."""
         self.producer_id = -1
         self.producer_epoch = -1
         self.base_sequence = -1

@@ -138,7 +138,8 @@ class Sender:
             delay = md_due
 
         for batch in self.acc.expired(now):
-            self._fail(batch, DeliveryTimeoutError(self._expiry_text(batch, now, None)))
+            self._fail(batch, DeliveryTimeoutError(
+                self._expiry_text(batch, now, batch.last_error)))
 
         if self.pid is not None and self.pid.bump_needed and not any(self.in_flight.values()):
             # KIP-360: nothing in flight any more, so renumber under a new epoch.
@@ -340,6 +341,7 @@ class Sender:
                 self._fail(b, DeliveryTimeoutError(self._expiry_text(b, now, exc)))
                 return
             log.debug("retrying %r after %s", b, exc)
+            b.last_error = exc
             self.acc.reenqueue(b, now)
             return
         self._fail(b, exc)

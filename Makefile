@@ -1,0 +1,43 @@
+# One entry point for a fresh machine: `make demo` and `make test` do all the set-up.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: venv build broker broker-stop demo test lint bench clean
+
+$(STAMP): pyproject.toml setup.py
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip setuptools wheel "Cython>=3.0"
+	$(BIN)/pip install -q -e ".[test]" --no-build-isolation
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+# Recompile the Cython core (fast when nothing changed).
+build: $(STAMP)
+	$(BIN)/python setup.py -q build_ext --inplace
+
+broker: build
+	$(BIN)/aioproducer broker start
+
+broker-stop:
+	-$(BIN)/aioproducer broker stop
+
+# The main job: a local broker, one million 100-byte records, with a progress bar and a summary.
+demo: broker
+	$(BIN)/aioproducer perf --num-records 1000000 --record-size 100
+
+# Set-up plus the full suite (the suite starts its own broker once per session).
+test: build
+	$(BIN)/python -m pytest -q -ra $(PYTEST_ARGS)
+
+lint: build
+	$(BIN)/ruff check aioproducer tests bench
+	$(BIN)/mypy
+
+bench: build
+	$(BIN)/python -m bench
+
+clean: broker-stop
+	rm -rf build $(VENV) .broker aioproducer/_native/*.c aioproducer/_native/*.so

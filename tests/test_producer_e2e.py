@@ -1,0 +1,142 @@
+"""End to end against the real Apache Kafka broker, read back by confluent-kafka."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import defaultdict
+from typing import Any
+
+import confluent_kafka
+import pytest
+from kafka_util import consume_all, partition_offsets
+
+from aioproducer import Producer, RecordMetadata
+
+pytestmark = pytest.mark.asyncio
+
+
+def java_partitions(bootstrap: str, topic: str, keys: list[bytes]) -> dict[bytes, int]:
+    """Where librdkafka's Java-compatible ``murmur2_random`` partitioner puts each key.
+
+    Each key is produced once by confluent-kafka to ``topic``; the delivery report
+    says which partition it chose.
+    """
+    placed: dict[bytes, int] = {}
+
+    def report(err: Any, msg: Any) -> None:
+        assert err is None, err
+        placed[msg.key()] = msg.partition()
+
+    p = confluent_kafka.Producer({"bootstrap.servers": bootstrap,
+                                  "partitioner": "murmur2_random", "linger.ms": 5})
+    for k in keys:
+        p.produce(topic, b"", key=k, on_delivery=report)
+        p.poll(0)
+    assert p.flush(30) == 0
+    return placed
+
+
+async def gather_chunked(futs: list[Any], chunk: int = 5000) -> list[RecordMetadata]:
+    out: list[RecordMetadata] = []
+    for i in range(0, len(futs), chunk):
+        out.extend(await asyncio.gather(*futs[i:i + chunk]))
+    return out
+
+
+async def test_round_trip_100k_every_field(kafka_bootstrap: str, topic_factory: Any) -> None:
+    partitions = 6
+    topic = topic_factory(partitions=partitions)
+    probe = topic_factory(partitions=partitions)
+    rng = random.Random(20261122)
+    distinct_keys = [rng.randbytes(rng.randint(1, 40)) for _ in range(3000)]
+    n = 100_000
+    sent: list[dict[str, Any]] = []
+    async with Producer(bootstrap_servers=kafka_bootstrap, linger_ms=10) as producer:
+        futs = []
+        for i in range(n):
+            kind = i % 10
+            key = None if kind in (0, 1) else rng.choice(distinct_keys)
+            value: bytes | None = None if kind == 2 else rng.randbytes(rng.randint(0, 300))
+            headers = None
+            if kind in (3, 4):
+                headers = [("h", rng.randbytes(8)), ("h", b""), ("trace-id", None),
+                           (f"k{i}", str(i).encode())]
+            ts = 1_600_000_000_000 + i if kind in (4, 5) else None
+            part = rng.randrange(partitions) if kind == 6 else None
+            fut = await producer.send(topic, value, key=key, partition=part,
+                                      timestamp_ms=ts, headers=headers)
+            sent.append({"key": key, "value": value, "headers": headers or [], "ts": ts,
+                         "explicit": part})
+            futs.append(fut)
+        await producer.flush()
+        assert all(f.done() for f in futs), "flush() returned before every ack"
+        metas = await gather_chunked(futs)
+
+    got = consume_all(kafka_bootstrap, topic, n, timeout=120)
+    assert len(got) == n
+    by_pos = {(m.partition, m.offset): m for m in got}
+    assert len(by_pos) == n
+
+    # Offsets: per partition 0..n-1, no gaps, in send order.
+    per_partition: dict[int, list[int]] = defaultdict(list)
+    for meta in metas:
+        per_partition[meta.partition].append(meta.offset)
+    for p, offsets in per_partition.items():
+        assert offsets == list(range(len(offsets))), f"partition {p} offsets not 0..n-1"
+    assert sum(len(v) for v in per_partition.values()) == n
+
+    java = java_partitions(kafka_bootstrap, probe, distinct_keys)
+    for rec, meta in zip(sent, metas, strict=True):
+        m = by_pos[(meta.partition, meta.offset)]
+        assert m.topic == topic == meta.topic
+        assert m.key == rec["key"]
+        assert m.value == rec["value"]
+        assert m.headers == rec["headers"]
+        if rec["ts"] is not None:
+            assert m.timestamp == rec["ts"] == meta.timestamp
+        else:
+            assert m.timestamp == meta.timestamp
+        assert m.timestamp_type == 1  # CreateTime
+        assert meta.serialized_key_size == (-1 if rec["key"] is None else len(rec["key"]))
+        assert meta.serialized_value_size == (-1 if rec["value"] is None else len(rec["value"]))
+        if rec["explicit"] is not None:
+            assert meta.partition == rec["explicit"]
+        elif rec["key"] is not None:
+            assert meta.partition == java[rec["key"]], "key not where Java would put it"
+
+
+@pytest.mark.parametrize("acks", [0, 1, -1, "all"])
+async def test_every_acks_level_delivers_everything(kafka_bootstrap: str, topic_factory: Any,
+                                                    acks: Any) -> None:
+    topic = topic_factory(partitions=3)
+    n = 20_000
+    values = [i.to_bytes(4, "big") * 10 for i in range(n)]
+    async with Producer(bootstrap_servers=kafka_bootstrap, acks=acks) as producer:
+        futs = [await producer.send(topic, v, key=v[:4]) for v in values]
+        await producer.flush()
+        assert all(f.done() for f in futs)
+        metas = await gather_chunked(futs)
+    if acks == 0:
+        assert all(m.offset == -1 for m in metas)
+    else:
+        assert sorted((m.partition, m.offset) for m in metas) == sorted(
+            {(m.partition, m.offset) for m in metas})
+    got = consume_all(kafka_bootstrap, topic, n)
+    assert sorted(m.value for m in got) == sorted(values)  # type: ignore[type-var]
+    watermarks = partition_offsets(kafka_bootstrap, topic)
+    assert sum(hi - lo for lo, hi in watermarks.values()) == n
+
+
+async def test_sticky_partitioning_fills_batches(kafka_bootstrap: str,
+                                                 topic_factory: Any) -> None:
+    topic = topic_factory(partitions=4)
+    async with Producer(bootstrap_servers=kafka_bootstrap, linger_ms=50,
+                        batch_size=4096) as producer:
+        futs = [await producer.send(topic, b"x" * 100) for _ in range(2000)]
+        metas = await gather_chunked(futs)
+    # Keyless records stick to a partition for a whole batch: long runs, not spraying.
+    runs = 1 + sum(1 for a, b in zip(metas, metas[1:], strict=False)
+                   if a.partition != b.partition)
+    assert runs <= 2000 * 100 // 3000, f"{runs} partition switches for 2000 records"
+    assert len({m.partition for m in metas}) > 1, "sticky partition never moved on"
