@@ -9,6 +9,7 @@ takes batches from the head (``ready`` then ``drain``). Memory comes from the na
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import deque
 from collections.abc import Iterable
@@ -142,7 +143,8 @@ class RecordAccumulator:
         try:
             while True:
                 if self.closing:
-                    raise ProducerClosedError("the producer was closed while send() waited for memory")
+                    raise ProducerClosedError(
+                        "the producer was closed while send() waited for memory")
                 if self._waiters[0] is fut:
                     block = self.pool.try_allocate(size)
                     if block is not None:
@@ -157,10 +159,8 @@ class RecordAccumulator:
                     )
                 # Quarantined blocks come back without any event: poll them briefly.
                 wait = min(remaining, 0.005) if self.pool.quarantined_bytes else remaining
-                try:
+                with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(asyncio.shield(fut), wait)
-                except asyncio.TimeoutError:
-                    pass
                 if fut.done():
                     # Woken: keep our place in the queue with a fresh future.
                     new: asyncio.Future[None] = loop.create_future()

@@ -19,7 +19,8 @@ def _parse_props(items: Sequence[str]) -> dict[str, str]:
     for item in items:
         name, sep, value = item.partition("=")
         if not sep or not name:
-            raise SystemExit(f"aioproducer: error: --producer-props expects key=value, got {item!r}")
+            raise SystemExit(
+                f"aioproducer: error: --producer-props expects key=value, got {item!r}")
         props[name.strip()] = value.strip()
     return props
 
@@ -36,16 +37,15 @@ def _coerce(value: str) -> Any:
 def _percentile(sorted_values: list[float], q: float) -> float:
     if not sorted_values:
         return float("nan")
-    idx = min(len(sorted_values) - 1, max(0, int(round(q * (len(sorted_values) - 1)))))
+    idx = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
     return sorted_values[idx]
 
 
 async def _perf(args: argparse.Namespace) -> int:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
-        TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from .producer import Producer
     from .net.client import KafkaClient
+    from .producer import Producer
 
     bootstrap = args.bootstrap_server or os.environ.get("AIOPRODUCER_BOOTSTRAP")
     if not bootstrap:
@@ -133,7 +133,8 @@ async def _perf(args: argparse.Namespace) -> int:
         f"{n} records sent, {rate:,.1f} records/sec ({mb:.2f} MB/sec), "
         f"{avg:.2f} ms avg latency, {mx:.2f} ms max latency, "
         f"{_percentile(latencies, 0.50):.0f} ms 50th, {_percentile(latencies, 0.95):.0f} ms 95th, "
-        f"{_percentile(latencies, 0.99):.0f} ms 99th, {_percentile(latencies, 0.999):.0f} ms 99.9th."
+        f"{_percentile(latencies, 0.99):.0f} ms 99th, "
+        f"{_percentile(latencies, 0.999):.0f} ms 99.9th."
     )
     print(f"topic={topic} elapsed={elapsed:.2f}s latency samples={len(latencies)} "
           f"errors={len(errors)}")

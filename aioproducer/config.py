@@ -12,16 +12,16 @@ import dataclasses
 import difflib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 from .errors import ConfigError
 
 __all__ = ["Partitioner", "ProducerConfig", "Serializer"]
 
 #: ``(topic, serialized_key, num_partitions) -> partition``
-Partitioner = Callable[[str, Union[bytes, None], int], int]
+Partitioner = Callable[[str, bytes | None, int], int]
 #: turns a user object into bytes (or None)
-Serializer = Callable[[Any], Union[bytes, bytearray, memoryview, None]]
+Serializer = Callable[[Any], bytes | bytearray | memoryview | None]
 
 _MAX_INT32 = 2**31 - 1
 _COMPRESSION = ("none",)
@@ -91,7 +91,9 @@ class ProducerConfig:
     _explicit: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
 
     @classmethod
-    def from_options(cls, options: Mapping[str, Any] | None = None, /, **kwargs: Any) -> ProducerConfig:
+    def from_options(
+        cls, options: Mapping[str, Any] | None = None, /, **kwargs: Any
+    ) -> ProducerConfig:
         """Build a config from Python or dotted Java names (both may be mixed)."""
         merged: dict[str, Any] = {}
         for source in (options or {}, kwargs):

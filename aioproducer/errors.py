@@ -10,33 +10,33 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 __all__ = [
+    "BrokerResponseError",
+    "BufferExhaustedError",
     "ClusterAuthorizationError",
+    "ConfigError",
+    "DeliveryTimeoutError",
+    "IllegalStateError",
     "InvalidProducerEpochError",
     "InvalidRecordError",
+    "KafkaConnectionError",
+    "KafkaError",
+    "KafkaTimeoutError",
     "MessageTooLargeError",
     "NotLeaderOrFollowerError",
     "OutOfOrderSequenceError",
     "PartitionError",
-    "TopicAuthorizationError",
-    "UnknownProducerIdError",
-    "UnknownTopicOrPartitionError",
-    "is_retriable",
-    "BrokerResponseError",
-    "BufferExhaustedError",
-    "ConfigError",
-    "DeliveryTimeoutError",
-    "IllegalStateError",
-    "KafkaConnectionError",
-    "KafkaError",
-    "KafkaTimeoutError",
     "ProducerClosedError",
     "ProtocolError",
     "RecordTooLargeError",
     "RequestTimedOutError",
     "SerializationError",
+    "TopicAuthorizationError",
+    "UnknownProducerIdError",
     "UnknownTopicError",
+    "UnknownTopicOrPartitionError",
     "UnsupportedVersionError",
     "for_code",
+    "is_retriable",
 ]
 
 
@@ -128,7 +128,7 @@ class BrokerResponseError(KafkaError):
 
 
 class NotLeaderOrFollowerError(BrokerResponseError):
-    """The broker is not the leader of the partition; metadata is refreshed and the batch retried."""
+    """The broker is not the partition's leader; metadata is refreshed and the batch retried."""
 
     code = ErrorCode.not_leader_or_follower
 

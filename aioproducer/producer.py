@@ -317,7 +317,8 @@ def _check_headers(headers: Any) -> list[tuple[str, Any]]:
     out: list[tuple[str, Any]] = []
     for item in headers:
         if not isinstance(item, tuple) or len(item) != 2:
-            raise SerializationError(f"each header must be a (str, bytes | None) pair, got {item!r}")
+            raise SerializationError(
+                f"each header must be a (str, bytes | None) pair, got {item!r}")
         hkey, hval = item
         if not isinstance(hkey, str):
             raise SerializationError(f"header key must be str, got {type(hkey).__name__}")

@@ -18,7 +18,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16, i32Timedelta, i64
 
 from .config import ProducerConfig
-from .errors import KafkaError, KafkaConnectionError, for_code
+from .errors import KafkaConnectionError, KafkaError, for_code
 from .net.client import KafkaClient
 
 __all__ = ["ProducerIdManager"]

@@ -11,6 +11,7 @@ zero-copy views. Responses come back as future callbacks: they complete batches
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import logging
 import time
@@ -271,10 +272,8 @@ class Sender:
         for b in batches:
             flying = self.in_flight.get(b.tp)
             if flying is not None:
-                try:
+                with contextlib.suppress(ValueError):
                     flying.remove(b)
-                except ValueError:
-                    pass
         try:
             if exc is not None:
                 log.debug("produce request to node %s failed: %s", node, exc)
@@ -334,7 +333,7 @@ class Sender:
         if isinstance(exc, OutOfOrderSequenceError) and self._earlier_pending(b):
             # An earlier batch of this partition failed and will be resent first.
             retriable = True
-        if self._stopped or self.acc.closing and not self.acc.incomplete:
+        if self._stopped:
             retriable = False
         if retriable and b.attempts < self.retries:
             if now - b.created + self.acc.retry_backoff >= self.delivery_timeout:
