@@ -1,0 +1,38 @@
+"""Networking: broker connections, Produce framing and the cluster client.
+
+* :class:`BrokerConnection` — one pipelined connection with API version
+  negotiation, request timeouts and zero-copy ``send_raw``;
+* :func:`encode_produce_body` / :func:`decode_produce_response` — the hand-written
+  Produce request (v9..v13) and kio-decoded response;
+* :class:`KafkaClient` — node map, background connects with backoff, Metadata,
+  CreateTopics/DeleteTopics.
+"""
+
+from .client import KafkaClient, MetadataResponse, parse_bootstrap_servers
+from .connection import BrokerConnection, api_name
+from .protocol import (
+    PRODUCE_API_KEY,
+    PRODUCE_MAX_VERSION,
+    PRODUCE_MIN_VERSION,
+    PartitionProduceResponse,
+    ProduceResponse,
+    decode_produce_response,
+    encode_produce_body,
+    produce_results,
+)
+
+__all__ = [
+    "PRODUCE_API_KEY",
+    "PRODUCE_MAX_VERSION",
+    "PRODUCE_MIN_VERSION",
+    "BrokerConnection",
+    "KafkaClient",
+    "MetadataResponse",
+    "PartitionProduceResponse",
+    "ProduceResponse",
+    "api_name",
+    "decode_produce_response",
+    "encode_produce_body",
+    "parse_bootstrap_servers",
+    "produce_results",
+]

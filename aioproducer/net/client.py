@@ -1,0 +1,668 @@
+"""The producer's view of the cluster's network: one connection per broker.
+
+:class:`KafkaClient` keeps the node-id → address map from the latest metadata,
+opens connections in the background (``ready()``, with exponential reconnect
+backoff and jitter, like Java's ``NetworkClient``), and runs the control-plane
+requests the producer needs: Metadata, and CreateTopics/DeleteTopics for the
+CLI. Produce requests are written by the Sender directly on the connections.
+
+Before the first metadata, the bootstrap servers stand in as nodes with the
+negative ids ``-1, -2, ...`` (in the order given). When metadata arrives
+(:meth:`KafkaClient.update_nodes`), a bootstrap connection whose address is a
+real broker's is kept under that broker's id; the others are closed.
+
+The client never touches an event loop before one of its coroutines (or
+:meth:`ready`) runs inside it, so it can be constructed anywhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime
+import logging
+import random
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from types import ModuleType
+from typing import Any, Final, TypeAlias, TypeVar
+
+import kio.schema.metadata.v1.response as _m1
+import kio.schema.metadata.v2.response as _m2
+import kio.schema.metadata.v3.response as _m3
+import kio.schema.metadata.v4.response as _m4
+import kio.schema.metadata.v5.response as _m5
+import kio.schema.metadata.v6.response as _m6
+import kio.schema.metadata.v7.response as _m7
+import kio.schema.metadata.v8.response as _m8
+import kio.schema.metadata.v9.response as _m9
+import kio.schema.metadata.v10.response as _m10
+import kio.schema.metadata.v11.response as _m11
+import kio.schema.metadata.v12.response as _m12
+from kio.index import load_payload_module
+from kio.schema.errors import ErrorCode
+from kio.static.constants import EntityType
+from kio.static.primitive import i16, i32, i32Timedelta
+
+from ..errors import (
+    ConfigError,
+    IllegalStateError,
+    KafkaConnectionError,
+    ProtocolError,
+    RequestTimedOutError,
+    for_code,
+)
+from .connection import BrokerConnection
+
+__all__ = ["KafkaClient", "MetadataResponse", "parse_bootstrap_servers"]
+
+log = logging.getLogger("aioproducer.net")
+
+T = TypeVar("T")
+
+MetadataResponse: TypeAlias = (
+    _m1.MetadataResponse | _m2.MetadataResponse | _m3.MetadataResponse
+    | _m4.MetadataResponse | _m5.MetadataResponse | _m6.MetadataResponse
+    | _m7.MetadataResponse | _m8.MetadataResponse | _m9.MetadataResponse
+    | _m10.MetadataResponse | _m11.MetadataResponse | _m12.MetadataResponse
+)
+"""kio ``MetadataResponse`` v1..v12 (in practice v12 against any broker aioproducer
+can produce to: Produce v9+ means Kafka 2.8+, which has Metadata v11+). Fields used
+by callers exist in every one: ``brokers[].node_id/host/port``,
+``topics[].name/error_code/partitions[].partition_index/leader_id``; v7+ add
+``leader_epoch``, v10+ ``topic_id``."""
+
+_METADATA_TYPES: dict[int, type[MetadataResponse]] = {
+    1: _m1.MetadataResponse, 2: _m2.MetadataResponse, 3: _m3.MetadataResponse,
+    4: _m4.MetadataResponse, 5: _m5.MetadataResponse, 6: _m6.MetadataResponse,
+    7: _m7.MetadataResponse, 8: _m8.MetadataResponse, 9: _m9.MetadataResponse,
+    10: _m10.MetadataResponse, 11: _m11.MetadataResponse, 12: _m12.MetadataResponse,
+}
+
+METADATA_KEY: Final = 3
+CREATE_TOPICS_KEY: Final = 19
+DELETE_TOPICS_KEY: Final = 20
+_METADATA_VERSIONS: Final = (1, 12)
+_CREATE_TOPICS_VERSIONS: Final = (2, 7)
+_DELETE_TOPICS_VERSIONS: Final = (1, 6)
+_ZERO_UUID: Final = uuid.UUID(int=0)
+_TOPIC_ALREADY_EXISTS: Final = int(ErrorCode.topic_already_exists)
+_UNKNOWN_TOPIC: Final = int(ErrorCode.unknown_topic_or_partition)
+_ADMIN_SLACK_S: Final = 5.0
+_JITTER: Final = 0.2
+
+
+def parse_bootstrap_servers(servers: str | Sequence[str]) -> list[tuple[str, int]]:
+    """``"h1:9092,h2:9092"`` (or a list of such strings) → ``[(host, port), ...]``.
+
+    IPv6 literals are written in brackets: ``"[::1]:9092"``. Raises
+    :class:`ConfigError` (a ``ValueError``) naming the bad entry.
+    """
+    items = [servers] if isinstance(servers, str) else list(servers)
+    out: list[tuple[str, int]] = []
+    for item in items:
+        if not isinstance(item, str):
+            raise ConfigError(f"bootstrap_servers entries must be strings, got {item!r}")
+        for raw in item.split(","):
+            entry = raw.strip()
+            if not entry:
+                continue
+            out.append(_parse_address(entry))
+    if not out:
+        raise ConfigError("bootstrap_servers is empty; give at least one 'host:port'")
+    return out
+
+
+def _parse_address(entry: str) -> tuple[str, int]:
+    if entry.startswith("["):
+        host, sep, rest = entry[1:].partition("]")
+        if not sep or not rest.startswith(":"):
+            raise ConfigError(f"bad bootstrap server {entry!r}: expected '[ipv6]:port'")
+        port_text = rest[1:]
+    else:
+        host, sep, port_text = entry.rpartition(":")
+        if not sep:
+            raise ConfigError(f"bad bootstrap server {entry!r}: expected 'host:port'")
+        if ":" in host:
+            raise ConfigError(
+                f"bad bootstrap server {entry!r}: write IPv6 addresses as '[addr]:port'")
+    if not host:
+        raise ConfigError(f"bad bootstrap server {entry!r}: the host is empty")
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise ConfigError(
+            f"bad bootstrap server {entry!r}: port {port_text!r} is not a number") from None
+    if not 0 < port < 65536:
+        raise ConfigError(f"bad bootstrap server {entry!r}: port {port} is out of range")
+    return host, port
+
+
+@dataclasses.dataclass(slots=True)
+class _NodeState:
+    failures: int = 0
+    next_attempt: float = 0.0
+    """``time.monotonic()`` before which no new connection attempt is made."""
+    last_error: BaseException | None = None
+    task: asyncio.Task[None] | None = None
+
+
+def _kio_module(api_key: int, version: int, kind: EntityType) -> ModuleType:
+    if kind is EntityType.request:
+        return load_payload_module(api_key, version, EntityType.request)
+    return load_payload_module(api_key, version, EntityType.response)
+
+
+def _build(cls: Any, **values: Any) -> Any:
+    """Instantiate a kio dataclass with the fields this version has (others dropped)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in values.items() if k in names})
+
+
+def _ms(seconds: float) -> i32Timedelta:
+    ms = max(0, min(int(seconds * 1000), 0x7FFFFFFF))
+    return i32Timedelta.parse(datetime.timedelta(milliseconds=ms))
+
+
+class KafkaClient:
+    """Connections to the brokers of one cluster, for one producer."""
+
+    def __init__(self, bootstrap_servers: str | Sequence[str], *,
+                 client_id: str = "aioproducer", request_timeout_ms: int = 30000,
+                 connect_timeout_ms: int = 10000, reconnect_backoff_ms: int = 50,
+                 reconnect_backoff_max_ms: int = 1000) -> None:
+        self.bootstrap_servers = parse_bootstrap_servers(bootstrap_servers)
+        self.client_id = client_id
+        self.request_timeout_ms = request_timeout_ms
+        self.connect_timeout_ms = connect_timeout_ms
+        self.reconnect_backoff_ms = reconnect_backoff_ms
+        self.reconnect_backoff_max_ms = max(reconnect_backoff_max_ms, reconnect_backoff_ms)
+        self.on_ready_change: Callable[[], None] | None = None
+        """Called when a connection finishes connecting (or fails to), or is lost."""
+        self._bootstrap_nodes: dict[int, tuple[str, int]] = {
+            -1 - i: addr for i, addr in enumerate(self.bootstrap_servers)
+        }
+        self._nodes: dict[int, tuple[str, int]] = dict(self._bootstrap_nodes)
+        self._conns: dict[int, BrokerConnection] = {}
+        self._states: dict[int, _NodeState] = {}
+        self._closing: set[BrokerConnection] = set()
+        self._bootstrap_next = 0
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return (f"<KafkaClient nodes={sorted(self._nodes)} "
+                f"connected={sorted(self._conns)}>")
+
+    # -- node map ----------------------------------------------------------------------
+
+    @property
+    def nodes(self) -> dict[int, tuple[str, int]]:
+        """The current node-id → ``(host, port)`` map (bootstrap pseudo-nodes at first)."""
+        return dict(self._nodes)
+
+    def update_nodes(self, nodes: Mapping[int, tuple[str, int]]) -> None:
+        """Replace the node map with the brokers of the latest metadata.
+
+        Connections to nodes that left (or moved) are closed; a bootstrap
+        connection to a real broker's address is kept under the broker's id. An
+        empty map is ignored (a cluster never has no brokers).
+        """
+        if not nodes or self._closed:
+            return
+        new = {int(n): (str(h), int(p)) for n, (h, p) in nodes.items()}
+        by_addr = {addr: nid for nid, addr in new.items()}
+        for nid, conn in list(self._conns.items()):
+            if nid >= 0:
+                continue
+            real = by_addr.get((conn.host, conn.port))
+            if real is not None and real not in self._conns and conn.is_connected:
+                del self._conns[nid]
+                self._conns[real] = conn
+                conn.node_id = real
+                conn.on_close = self._make_on_close(real)
+                self._state(real).failures = 0
+        for nid, conn in list(self._conns.items()):
+            if new.get(nid) != (conn.host, conn.port):
+                log.debug("closing the connection to %s: no longer in the metadata", conn)
+                self._close_conn(conn, "the broker left the cluster metadata")
+        for nid, st in list(self._states.items()):
+            if nid not in new:
+                if st.task is not None:
+                    st.task.cancel()
+                else:
+                    del self._states[nid]
+        self._nodes = new
+
+    # -- connections -------------------------------------------------------------------
+
+    def connection(self, node_id: int) -> BrokerConnection | None:
+        """The live connection to ``node_id``, or None."""
+        conn = self._conns.get(node_id)
+        if conn is not None and conn.is_connected:
+            return conn
+        return None
+
+    def in_flight(self, node_id: int) -> int:
+        """Requests in flight on the connection to ``node_id`` (0 if not connected)."""
+        conn = self._conns.get(node_id)
+        return conn.in_flight if conn is not None else 0
+
+    def is_connecting(self, node_id: int) -> bool:
+        st = self._states.get(node_id)
+        return st is not None and st.task is not None
+
+    def backoff_remaining(self, node_id: int) -> float:
+        """Seconds until a new connection attempt to ``node_id`` is allowed (0 if now)."""
+        st = self._states.get(node_id)
+        if st is None:
+            return 0.0
+        return max(0.0, st.next_attempt - time.monotonic())
+
+    def ready(self, node_id: int) -> bool:
+        """True if a connection to ``node_id`` is up; otherwise start one (unless in
+        reconnect backoff or already connecting) and return False.
+
+        Must be called from inside the event loop.
+        """
+        if self.connection(node_id) is not None:
+            return True
+        if self._closed:
+            return False
+        self._start_connect(node_id)
+        return False
+
+    async def connect(self, node_id: int, timeout_s: float) -> BrokerConnection:
+        """The connection to ``node_id``, connecting (once) if needed.
+
+        Waits out the node's reconnect backoff first. Raises
+        :class:`KafkaConnectionError` when the attempt fails or ``timeout_s`` runs out.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        attempted = False
+        while True:
+            conn = self.connection(node_id)
+            if conn is not None:
+                return conn
+            self._check_open()
+            if self._address(node_id) is None:
+                raise KafkaConnectionError(
+                    f"unknown node {node_id}: not in the cluster metadata")
+            st = self._state(node_id)
+            if attempted:
+                err = st.last_error
+                if isinstance(err, KafkaConnectionError):
+                    raise err
+                raise KafkaConnectionError(
+                    f"cannot connect to {self._describe(node_id)}: "
+                    f"{err or 'the attempt was cancelled'}") from err
+            remaining = deadline - loop.time()
+            task = self._start_connect(node_id)
+            if task is None:
+                wait = self.backoff_remaining(node_id)
+                if wait >= remaining:
+                    raise KafkaConnectionError(
+                        f"cannot connect to {self._describe(node_id)} within "
+                        f"{timeout_s:.3g} s: in reconnect backoff for {wait:.3g} s after: "
+                        f"{st.last_error}")
+                await asyncio.sleep(wait + 0.001)
+                continue
+            await asyncio.wait((task,), timeout=max(0.0, remaining))
+            if not task.done():
+                raise KafkaConnectionError(
+                    f"cannot connect to {self._describe(node_id)}: timed out after "
+                    f"{timeout_s:.3g} s")
+            attempted = True
+
+    def least_loaded_node(self) -> int | None:
+        """The connected node with the fewest in-flight requests; else a node being
+        connected; else one not in reconnect backoff; else None."""
+        ids = list(self._nodes)
+        if not ids:
+            return None
+        start = random.randrange(len(ids))
+        ids = ids[start:] + ids[:start]
+        best: int | None = None
+        best_load = 0
+        for nid in ids:
+            conn = self.connection(nid)
+            if conn is not None and (best is None or conn.in_flight < best_load):
+                best, best_load = nid, conn.in_flight
+                if best_load == 0:
+                    break
+        if best is not None:
+            return best
+        for nid in ids:
+            if self.is_connecting(nid):
+                return nid
+        now = time.monotonic()
+        for nid in ids:
+            st = self._states.get(nid)
+            if st is None or st.next_attempt <= now:
+                return nid
+        return None
+
+    # -- metadata ----------------------------------------------------------------------
+
+    async def bootstrap(self, timeout_s: float, *,
+                        topics: Sequence[str] | None = ()) -> MetadataResponse:
+        """Connect to a bootstrap server and fetch metadata (for no topics by default).
+
+        The servers are tried in turn (round-robin, each respecting its reconnect
+        backoff) until one connects and answers. The node map is updated from the
+        response. Raises :class:`KafkaConnectionError` listing each server and its
+        last error if none answered within ``timeout_s``.
+        """
+        self._check_open()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        errors: dict[int, BaseException] = {}
+        ids = list(self._bootstrap_nodes)
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            node = self._next_bootstrap(ids)
+            if node is None:
+                wait = min(self.backoff_remaining(n) for n in ids)
+                await asyncio.sleep(min(max(wait, 0.001), remaining))
+                continue
+            try:
+                response = await self._with_timeout(self._metadata_from(node, topics, remaining),
+                                                    remaining)
+            except (KafkaConnectionError, RequestTimedOutError, ProtocolError) as exc:
+                errors[node] = exc
+                log.debug("bootstrap via %s failed: %s", self._describe(node), exc)
+                continue
+            self.update_nodes({int(b.node_id): (str(b.host), int(b.port))
+                               for b in response.brokers})
+            return response
+        details = "; ".join(
+            f"{host}:{port}: {errors.get(nid) or self._last_error_text(nid)}"
+            for nid, (host, port) in self._bootstrap_nodes.items()
+        )
+        raise KafkaConnectionError(
+            f"could not bootstrap from any of {len(ids)} server(s) within "
+            f"{timeout_s:.3g} s: {details}")
+
+    async def fetch_metadata(self, topics: Sequence[str] | None, *,
+                             timeout_s: float | None = None) -> MetadataResponse:
+        """Metadata for ``topics`` (None: all topics) from the least-loaded node.
+
+        Never creates topics (``allow_auto_topic_creation=False``). Nodes that fail
+        are put in backoff and the next one is tried until ``timeout_s`` (default:
+        ``request_timeout_ms``) runs out. The caller applies :meth:`update_nodes`.
+        """
+        timeout = self.request_timeout_ms / 1000.0 if timeout_s is None else timeout_s
+
+        async def op(node: int, remaining: float) -> MetadataResponse:
+            return await self._metadata_from(node, topics, remaining)
+
+        return await self._on_any_node(op, timeout, "fetch metadata")
+
+    async def _metadata_from(self, node: int, topics: Sequence[str] | None,
+                             timeout_s: float) -> MetadataResponse:
+        conn = await self.connect(node, timeout_s)
+        version = conn.version_for(METADATA_KEY, *_METADATA_VERSIONS)
+        mod = _kio_module(METADATA_KEY, version, EntityType.request)
+        topic_list: tuple[Any, ...] | None = None
+        if topics is not None:
+            topic_list = tuple(_build(mod.MetadataRequestTopic, name=t, topic_id=None)
+                               for t in topics)
+        req = _build(mod.MetadataRequest, topics=topic_list, allow_auto_topic_creation=False,
+                     include_cluster_authorized_operations=False,
+                     include_topic_authorized_operations=False)
+        return await conn.request(req, _METADATA_TYPES[version])
+
+    # -- admin -------------------------------------------------------------------------
+
+    async def create_topics(self, topics: Sequence[tuple[str, int, int, Mapping[str, str]]],
+                            timeout_s: float, *, exist_ok: bool = False) -> None:
+        """Create ``[(name, num_partitions, replication_factor, configs), ...]``.
+
+        ``-1`` for partitions or replication factor means the broker default.
+        Raises the typed :class:`BrokerResponseError` of the first failed topic;
+        ``exist_ok`` ignores TOPIC_ALREADY_EXISTS.
+        """
+        if not topics:
+            return
+
+        async def op(node: int, remaining: float) -> None:
+            conn = await self.connect(node, remaining)
+            version = conn.version_for(CREATE_TOPICS_KEY, *_CREATE_TOPICS_VERSIONS)
+            mod = _kio_module(CREATE_TOPICS_KEY, version, EntityType.request)
+            items = tuple(
+                _build(mod.CreatableTopic, name=name, num_partitions=i32(partitions),
+                       replication_factor=i16(replication), assignments=(),
+                       configs=tuple(_build(mod.CreatableTopicConfig, name=k, value=v)
+                                     for k, v in configs.items()))
+                for name, partitions, replication, configs in topics
+            )
+            req = _build(mod.CreateTopicsRequest, topics=items, timeout=_ms(timeout_s),
+                         validate_only=False)
+            resp: Any = await conn.request(req, timeout_ms=int((timeout_s + _ADMIN_SLACK_S)
+                                                               * 1000))
+            for t in resp.topics:
+                code = int(t.error_code)
+                if code == 0 or (exist_ok and code == _TOPIC_ALREADY_EXISTS):
+                    continue
+                msg = getattr(t, "error_message", None)
+                raise for_code(code, f"cannot create topic {t.name!r}" +
+                               (f": {msg}" if msg else ""))
+
+        await self._on_any_node(op, timeout_s + _ADMIN_SLACK_S, "create topics")
+
+    async def delete_topics(self, names: Sequence[str], timeout_s: float, *,
+                            missing_ok: bool = False) -> None:
+        """Delete topics by name; ``missing_ok`` ignores UNKNOWN_TOPIC_OR_PARTITION."""
+        if not names:
+            return
+
+        async def op(node: int, remaining: float) -> None:
+            conn = await self.connect(node, remaining)
+            version = conn.version_for(DELETE_TOPICS_KEY, *_DELETE_TOPICS_VERSIONS)
+            mod = _kio_module(DELETE_TOPICS_KEY, version, EntityType.request)
+            if hasattr(mod, "DeleteTopicState"):
+                req = _build(mod.DeleteTopicsRequest, timeout=_ms(timeout_s),
+                             topics=tuple(_build(mod.DeleteTopicState, name=n,
+                                                 topic_id=_ZERO_UUID) for n in names))
+            else:
+                req = _build(mod.DeleteTopicsRequest, timeout=_ms(timeout_s),
+                             topic_names=tuple(names))
+            resp: Any = await conn.request(req, timeout_ms=int((timeout_s + _ADMIN_SLACK_S)
+                                                               * 1000))
+            for t in resp.responses:
+                code = int(t.error_code)
+                if code == 0 or (missing_ok and code == _UNKNOWN_TOPIC):
+                    continue
+                msg = getattr(t, "error_message", None)
+                raise for_code(code, f"cannot delete topic {t.name!r}" +
+                               (f": {msg}" if msg else ""))
+
+        await self._on_any_node(op, timeout_s + _ADMIN_SLACK_S, "delete topics")
+
+    # -- shutdown ----------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Close every connection and cancel connection attempts. Idempotent."""
+        self._closed = True
+        tasks = [st.task for st in self._states.values() if st.task is not None]
+        for task in tasks:
+            task.cancel()
+        conns = list(self._conns.values())
+        self._conns.clear()
+        for conn in conns:
+            self._close_conn(conn, "the client was closed")
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        closing = list(self._closing)
+        for conn in closing:
+            await conn.wait_closed()
+        self._closing.clear()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise IllegalStateError("the Kafka client is closed")
+
+    def _address(self, node_id: int) -> tuple[str, int] | None:
+        addr = self._nodes.get(node_id)
+        if addr is None and node_id < 0:
+            addr = self._bootstrap_nodes.get(node_id)
+        return addr
+
+    def _describe(self, node_id: int) -> str:
+        addr = self._address(node_id)
+        where = f"{addr[0]}:{addr[1]}" if addr else "unknown address"
+        if node_id < 0:
+            return f"bootstrap broker {where}"
+        return f"node {node_id} at {where}"
+
+    def _last_error_text(self, node_id: int) -> str:
+        st = self._states.get(node_id)
+        if st is None or st.last_error is None:
+            return "not tried"
+        return str(st.last_error)
+
+    def _state(self, node_id: int) -> _NodeState:
+        st = self._states.get(node_id)
+        if st is None:
+            st = self._states[node_id] = _NodeState()
+        return st
+
+    def _backoff_s(self, failures: int) -> float:
+        exp = min(max(0, failures - 1), 32)
+        base = min(self.reconnect_backoff_ms * (1 << exp), self.reconnect_backoff_max_ms)
+        jitter = random.uniform(1.0 - _JITTER, 1.0 + _JITTER)
+        return base * jitter / 1000.0
+
+    def _notify(self) -> None:
+        cb = self.on_ready_change
+        if cb is not None:
+            try:
+                cb()
+            except Exception:  # pragma: no cover - owner's bug
+                log.exception("on_ready_change callback failed")
+
+    def _start_connect(self, node_id: int) -> asyncio.Task[None] | None:
+        """The running connect task for ``node_id``, starting one if allowed."""
+        st = self._state(node_id)
+        if st.task is not None:
+            return st.task
+        if self._closed or self.connection(node_id) is not None:
+            return None
+        addr = self._address(node_id)
+        if addr is None or st.next_attempt > time.monotonic():
+            return None
+        loop = asyncio.get_running_loop()
+        st.task = loop.create_task(self._connect_task(node_id, addr[0], addr[1]),
+                                   name=f"aioproducer-connect-{node_id}")
+        return st.task
+
+    async def _connect_task(self, node_id: int, host: str, port: int) -> None:
+        st = self._state(node_id)
+        old = self._conns.pop(node_id, None)
+        if old is not None:
+            self._close_conn(old, "replaced by a new connection")
+        try:
+            conn = await BrokerConnection.open(
+                host, port, node_id=node_id if node_id >= 0 else None,
+                client_id=self.client_id, request_timeout_ms=self.request_timeout_ms,
+                connect_timeout_ms=self.connect_timeout_ms)
+        except Exception as exc:
+            st.failures += 1
+            st.last_error = exc
+            st.next_attempt = time.monotonic() + self._backoff_s(st.failures)
+            log.debug("connecting to %s failed (%d in a row): %s",
+                      self._describe(node_id), st.failures, exc)
+        else:
+            if self._closed or self._address(node_id) != (host, port):
+                self._close_conn(conn, "no longer needed")
+            else:
+                st.failures = 0
+                st.last_error = None
+                conn.on_close = self._make_on_close(node_id)
+                conn.on_writable = self._notify
+                self._conns[node_id] = conn
+        finally:
+            st.task = None
+            if node_id not in self._nodes and node_id not in self._bootstrap_nodes:
+                self._states.pop(node_id, None)
+            self._notify()
+
+    def _make_on_close(self, node_id: int) -> Callable[[BrokerConnection], None]:
+        def on_close(conn: BrokerConnection) -> None:
+            self._closing = {c for c in self._closing if not c.closed}
+            self._closing.add(conn)
+            if self._conns.get(node_id) is conn:
+                del self._conns[node_id]
+                st = self._state(node_id)
+                st.last_error = KafkaConnectionError(
+                    f"connection to {conn} lost: {conn.close_reason}")
+                if not self._closed:
+                    st.next_attempt = time.monotonic() + self._backoff_s(1)
+                    self._notify()
+        return on_close
+
+    def _close_conn(self, conn: BrokerConnection, reason: str) -> None:
+        # Keep closing connections until their transport is gone, so close() can
+        # wait for them; drop the ones already fully closed.
+        self._closing = {c for c in self._closing if not c.closed}
+        self._closing.add(conn)
+        conn.close(reason)
+
+    def _next_bootstrap(self, ids: list[int]) -> int | None:
+        now = time.monotonic()
+        for _ in range(len(ids)):
+            nid = ids[self._bootstrap_next % len(ids)]
+            self._bootstrap_next += 1
+            if self.connection(nid) is not None or self.is_connecting(nid):
+                return nid
+            st = self._states.get(nid)
+            if st is None or st.next_attempt <= now:
+                return nid
+        return None
+
+    @staticmethod
+    async def _with_timeout(aw: Awaitable[T], timeout_s: float) -> T:
+        # Nothing awaited in here raises asyncio.TimeoutError itself: our own
+        # timeouts are RequestTimedOutError / KafkaConnectionError.
+        try:
+            return await asyncio.wait_for(aw, timeout_s)
+        except asyncio.TimeoutError:
+            raise RequestTimedOutError(f"no answer within {timeout_s:.3g} s") from None
+
+    async def _on_any_node(self, op: Callable[[int, float], Awaitable[T]], timeout_s: float,
+                           what: str) -> T:
+        """Run ``op(node, remaining_s)`` on the least-loaded node, moving on to other
+        nodes after connection-level failures, until ``timeout_s`` runs out."""
+        self._check_open()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        errors: dict[int, BaseException] = {}
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            node = self.least_loaded_node()
+            if node is None:
+                waits = [self.backoff_remaining(n) for n in self._nodes]
+                wait = min(waits) if waits else remaining
+                await asyncio.sleep(min(max(wait, 0.001), remaining))
+                continue
+            try:
+                return await self._with_timeout(op(node, remaining), remaining)
+            except (KafkaConnectionError, RequestTimedOutError, ProtocolError) as exc:
+                errors[node] = exc
+                log.debug("%s via %s failed: %s", what, self._describe(node), exc)
+                self._check_open()
+        details = "; ".join(f"{self._describe(n)}: {e}" for n, e in errors.items())
+        raise KafkaConnectionError(
+            f"could not {what} within {timeout_s:.3g} s"
+            + (f": {details}" if details else ": no broker was reachable"))

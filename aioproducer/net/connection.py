@@ -1,0 +1,624 @@
+"""One TCP connection to one Kafka broker.
+
+:class:`BrokerConnection` is an :class:`asyncio.Protocol`: requests are written
+straight to the transport (``writelines``, no joining of record buffers) and
+responses are cut out of the byte stream in ``data_received`` and matched, in
+order, to a FIFO of in-flight requests (Kafka answers requests on a connection in
+the order they were sent).
+
+Failure model: any framing or correlation problem, a request timeout, or the
+socket going away makes the connection unusable; it is closed (aborted) at once
+and every in-flight request fails — the expired/offending one with the precise
+error (:class:`RequestTimedOutError`, :class:`ProtocolError`), the others with
+:class:`KafkaConnectionError`. A closed connection is never reused.
+
+Futures handed out by :meth:`BrokerConnection.send_raw` belong to the caller; a
+done callback marks their exception as retrieved so a caller that only looks at
+``fut.exception()`` in a callback (or drops the future on shutdown) never makes
+asyncio log "Future exception was never retrieved".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import logging
+import os
+import socket
+import struct
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any, Final, TypeVar, cast, overload
+
+import kio.schema.api_versions.v0.request as _av0_req
+import kio.schema.api_versions.v0.response as _av0_resp
+import kio.schema.api_versions.v1.request as _av1_req
+import kio.schema.api_versions.v1.response as _av1_resp
+import kio.schema.api_versions.v2.request as _av2_req
+import kio.schema.api_versions.v2.response as _av2_resp
+import kio.schema.api_versions.v3.request as _av3_req
+import kio.schema.api_versions.v3.response as _av3_resp
+from kio.index import load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.schema.index import api_key_map
+from kio.serial import entity_reader, entity_writer
+from kio.static.protocol import RequestPayload, ResponsePayload
+
+from ..errors import (
+    KafkaConnectionError,
+    KafkaError,
+    ProtocolError,
+    RequestTimedOutError,
+    UnsupportedVersionError,
+    for_code,
+)
+from .protocol import read_uvarint
+
+__all__ = ["API_VERSIONS_KEY", "BrokerConnection", "api_name"]
+
+log = logging.getLogger("aioproducer.net")
+
+R = TypeVar("R", bound=ResponsePayload)
+
+API_VERSIONS_KEY: Final = 18
+_UNSUPPORTED_VERSION: Final = int(ErrorCode.unsupported_version)
+_MAX_CORRELATION_ID: Final = 0x7FFFFFFF
+_REQUEST_HEADER: Final = struct.Struct(">hhi")
+_SIZE: Final = struct.Struct(">i")
+_SOFTWARE_NAME: Final = "aioproducer"
+_SOFTWARE_VERSION: Final = "0.1.0"
+
+_API_VERSIONS_REQUESTS: dict[int, type[RequestPayload]] = {
+    0: _av0_req.ApiVersionsRequest,
+    1: _av1_req.ApiVersionsRequest,
+    2: _av2_req.ApiVersionsRequest,
+    3: _av3_req.ApiVersionsRequest,
+}
+_ApiVersionsResponse = (
+    _av0_resp.ApiVersionsResponse
+    | _av1_resp.ApiVersionsResponse
+    | _av2_resp.ApiVersionsResponse
+    | _av3_resp.ApiVersionsResponse
+)
+_API_VERSIONS_RESPONSES: dict[int, type[_ApiVersionsResponse]] = {
+    0: _av0_resp.ApiVersionsResponse,
+    1: _av1_resp.ApiVersionsResponse,
+    2: _av2_resp.ApiVersionsResponse,
+    3: _av3_resp.ApiVersionsResponse,
+}
+_API_VERSIONS_MAX: Final = 3
+
+
+def api_name(api_key: int) -> str:
+    """``"Metadata"`` for 3, ``"ApiVersions"`` for 18, ``"api key 999"`` if unknown."""
+    name = api_key_map.get(api_key)
+    if name is None:
+        return f"api key {api_key}"
+    return "".join(part.capitalize() for part in name.split("_"))
+
+
+def _consume_exception(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()
+
+
+class _InFlight:
+    __slots__ = ("api_key", "api_version", "correlation_id", "deadline", "flexible_header",
+                 "future", "timeout_ms")
+
+    def __init__(self, correlation_id: int, api_key: int, api_version: int,
+                 flexible_header: bool, future: asyncio.Future[memoryview],
+                 deadline: float, timeout_ms: int) -> None:
+        self.correlation_id = correlation_id
+        self.api_key = api_key
+        self.api_version = api_version
+        self.flexible_header = flexible_header
+        self.future = future
+        self.deadline = deadline
+        self.timeout_ms = timeout_ms
+
+
+class BrokerConnection(asyncio.Protocol):
+    """A connection to one broker, with version negotiation and request pipelining.
+
+    Create with :meth:`open`. Attributes the owner may set:
+
+    * ``on_close(conn)`` — called once when the connection closes for any reason;
+    * ``on_writable()`` — called when the transport resumes writing
+      (``can_write`` went back to True).
+    """
+
+    #: Transport write-buffer high-water mark; above it ``can_write`` turns False.
+    write_buffer_high: int = 4 * 1024 * 1024
+    write_buffer_low: int = 1024 * 1024
+
+    def __init__(self, host: str, port: int, *, node_id: int | None = None,
+                 client_id: str = "aioproducer", request_timeout_ms: int = 30000,
+                 max_response_bytes: int = 100 * 1024 * 1024) -> None:
+        self.host = host
+        self.port = port
+        self.node_id = node_id
+        self.client_id = client_id
+        self.request_timeout_ms = request_timeout_ms
+        self.max_response_bytes = max_response_bytes
+        self.api_versions: dict[int, tuple[int, int]] = {}
+        """Broker-supported ``api_key -> (min_version, max_version)``."""
+        self.can_write = True
+        self.on_close: Callable[[BrokerConnection], None] | None = None
+        self.on_writable: Callable[[], None] | None = None
+        self.close_reason: str | None = None
+        """Why the connection closed (None while open)."""
+
+        cid = client_id.encode("utf-8")
+        self._client_id_field = len(cid).to_bytes(2, "big") + cid  # NULLABLE_STRING
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._transport: asyncio.Transport | None = None
+        self._negotiated = False
+        self._closing = False
+        self._closed_event = asyncio.Event()
+        self._in_flight: deque[_InFlight] = deque()
+        self._next_correlation_id = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_when = 0.0
+        # framing state
+        self._size_buf = bytearray()
+        self._frame: bytearray | None = None
+        self._frame_pos = 0
+
+    # -- construction ------------------------------------------------------------------
+
+    @classmethod
+    async def open(cls, host: str, port: int, *, node_id: int | None = None,
+                   client_id: str = "aioproducer", request_timeout_ms: int = 30000,
+                   connect_timeout_ms: int = 10000,
+                   max_response_bytes: int = 100 * 1024 * 1024) -> BrokerConnection:
+        """Connect to ``host:port`` and negotiate API versions.
+
+        Raises :class:`KafkaConnectionError` when the TCP connection cannot be made
+        within ``connect_timeout_ms``, and whatever the ApiVersions exchange raises
+        (:class:`RequestTimedOutError`, :class:`KafkaConnectionError`...).
+        """
+        loop = asyncio.get_running_loop()
+        conn = cls(host, port, node_id=node_id, client_id=client_id,
+                   request_timeout_ms=request_timeout_ms,
+                   max_response_bytes=max_response_bytes)
+        conn._loop = loop
+        try:
+            await asyncio.wait_for(loop.create_connection(lambda: conn, host, port),
+                                   connect_timeout_ms / 1000.0)
+        except asyncio.TimeoutError:
+            raise KafkaConnectionError(
+                f"cannot connect to {conn}: timed out after {connect_timeout_ms} ms"
+            ) from None
+        except OSError as exc:
+            raise KafkaConnectionError(f"cannot connect to {conn}: {_os_error_text(exc)}"
+                                       ) from exc
+        try:
+            await conn._negotiate_versions()
+        except BaseException as exc:
+            if isinstance(exc, KafkaError):
+                conn.close(f"version negotiation failed: {exc}")
+            else:
+                conn.close("version negotiation interrupted")
+            raise
+        return conn
+
+    def __repr__(self) -> str:
+        return f"<BrokerConnection {self} in_flight={len(self._in_flight)}>"
+
+    def __str__(self) -> str:
+        if self.node_id is None or self.node_id < 0:
+            return f"bootstrap broker {self.host}:{self.port}"
+        return f"node {self.node_id} at {self.host}:{self.port}"
+
+    # -- state -------------------------------------------------------------------------
+
+    @property
+    def is_connected(self) -> bool:
+        """True while the connection is open and versions are negotiated."""
+        return self._negotiated and not self._closing and self._transport is not None
+
+    @property
+    def closed(self) -> bool:
+        """True once closed and the transport is gone (see :meth:`wait_closed`)."""
+        return self._closing and self._closed_event.is_set()
+
+    @property
+    def in_flight(self) -> int:
+        """Requests sent and still waiting for their response."""
+        return len(self._in_flight)
+
+    def version_for(self, api_key: int, lo: int, hi: int) -> int:
+        """The highest version of ``api_key`` in ``lo..hi`` that the broker supports."""
+        broker = self.api_versions.get(api_key)
+        if broker is None:
+            raise UnsupportedVersionError(
+                f"{self} does not support {api_name(api_key)} (API key {api_key}); "
+                f"aioproducer needs v{lo}..v{hi}"
+            )
+        version = min(hi, broker[1])
+        if version < max(lo, broker[0]):
+            raise UnsupportedVersionError(
+                f"{self} supports {api_name(api_key)} (API key {api_key}) "
+                f"v{broker[0]}..v{broker[1]}, aioproducer supports v{lo}..v{hi}: "
+                "no common version"
+            )
+        return version
+
+    # -- requests ----------------------------------------------------------------------
+
+    @overload
+    async def request(self, req: RequestPayload, response_type: None = None, *,
+                      timeout_ms: int | None = None) -> ResponsePayload: ...
+
+    @overload
+    async def request(self, req: RequestPayload, response_type: type[R], *,
+                      timeout_ms: int | None = None) -> R: ...
+
+    async def request(self, req: RequestPayload, response_type: type[R] | None = None, *,
+                      timeout_ms: int | None = None) -> R | ResponsePayload:
+        """Send a kio request entity and decode its response.
+
+        ``response_type`` (the kio response class of the same API and version) makes
+        the result precisely typed; without it the class is looked up in kio.
+        ``timeout_ms`` overrides the connection's request timeout for this request.
+        """
+        api_key = int(req.__api_key__)
+        version = int(req.__version__)
+        if response_type is not None and (
+                int(response_type.__api_key__), int(response_type.__version__)) != (
+                api_key, version):
+            raise ValueError(
+                f"{response_type.__qualname__} (API key {response_type.__api_key__} "
+                f"v{response_type.__version__}) does not answer {type(req).__qualname__} "
+                f"(API key {api_key} v{version})"
+            )
+        if self.api_versions:
+            self.version_for(api_key, version, version)
+        buf = io.BytesIO()
+        entity_writer(type(req))(buf, req)
+        fut = self.send_raw(api_key, version, (buf.getvalue(),), flexible=req.__flexible__,
+                            expect_response=True, timeout_ms=timeout_ms)
+        assert fut is not None
+        body = await fut
+        if response_type is None:
+            return self._decode(load_response_schema(api_key, version), api_key, version, body)
+        return self._decode(response_type, api_key, version, body)
+
+    def _decode(self, rtype: type[R], api_key: int, version: int, body: memoryview) -> R:
+        try:
+            obj, end = entity_reader(rtype)(body, 0)
+        except Exception as exc:
+            raise ProtocolError(
+                f"cannot decode the {api_name(api_key)} v{version} response from {self}: "
+                f"{exc!r}"
+            ) from exc
+        if end != len(body):
+            raise ProtocolError(
+                f"the {api_name(api_key)} v{version} response from {self} has "
+                f"{len(body) - end} unexpected trailing byte(s)"
+            )
+        return obj
+
+    def send_raw(self, api_key: int, api_version: int,
+                 body_parts: Sequence[bytes | bytearray | memoryview], *, flexible: bool,
+                 expect_response: bool,
+                 timeout_ms: int | None = None) -> asyncio.Future[memoryview] | None:
+        """Write one request whose body is already encoded; zero copy.
+
+        The request header and the 4-byte size are built here and written with the
+        body parts in one ``transport.writelines`` call. ``flexible`` is whether
+        this version of the API is flexible (request header v2 + response header v1,
+        except ApiVersions whose responses always use header v0).
+
+        Returns a future of the response body (after the response header), or
+        ``None`` when ``expect_response`` is False (acks=0 Produce: the broker sends
+        nothing back, so nothing is registered). With ``expect_response=False``
+        the parts are joined into one ``bytes`` first, so the caller may reuse its
+        buffers as soon as this returns. With a response expected, the parts must
+        stay unchanged until the future is done.
+
+        Raises :class:`KafkaConnectionError` if the connection is closed.
+        """
+        transport = self._transport
+        if self._closing or transport is None or transport.is_closing():
+            raise KafkaConnectionError(
+                f"connection to {self} is closed"
+                + (f": {self.close_reason}" if self.close_reason else "")
+            )
+        loop = self._loop
+        assert loop is not None
+        cid = self._next_correlation_id
+        self._next_correlation_id = (cid + 1) & _MAX_CORRELATION_ID
+        header = _REQUEST_HEADER.pack(api_key, api_version, cid) + self._client_id_field
+        if flexible:
+            header += b"\x00"  # request header v2: empty tagged fields
+        size = len(header)
+        for part in body_parts:
+            size += part.nbytes if isinstance(part, memoryview) else len(part)
+        head = _SIZE.pack(size) + header
+        if not expect_response:
+            transport.write(b"".join((head, *body_parts)))
+            return None
+        transport.writelines((head, *body_parts))
+        fut: asyncio.Future[memoryview] = loop.create_future()
+        fut.add_done_callback(_consume_exception)
+        timeout = self.request_timeout_ms if timeout_ms is None else timeout_ms
+        deadline = loop.time() + timeout / 1000.0
+        self._in_flight.append(_InFlight(cid, api_key, api_version,
+                                         flexible and api_key != API_VERSIONS_KEY, fut,
+                                         deadline, timeout))
+        if self._timer is None or deadline < self._timer_when:
+            self._arm_timer(deadline)
+        return fut
+
+    # -- version negotiation -----------------------------------------------------------
+
+    async def _negotiate_versions(self) -> None:
+        version = _API_VERSIONS_MAX
+        tried: set[int] = set()
+        while True:
+            tried.add(version)
+            req_type = _API_VERSIONS_REQUESTS[version]
+            if version >= 3:
+                req: RequestPayload = _av3_req.ApiVersionsRequest(
+                    client_software_name=_SOFTWARE_NAME,
+                    client_software_version=_SOFTWARE_VERSION,
+                )
+            else:
+                req = req_type()
+            buf = io.BytesIO()
+            entity_writer(req_type)(buf, req)
+            fut = self.send_raw(API_VERSIONS_KEY, version, (buf.getvalue(),),
+                                flexible=req.__flexible__, expect_response=True)
+            assert fut is not None
+            body = await fut
+            if len(body) < 2:
+                raise ProtocolError(f"truncated ApiVersions response from {self}")
+            code = int.from_bytes(body[:2], "big", signed=True)
+            if code == _UNSUPPORTED_VERSION:
+                # KIP-511: the broker answers with a v0 body listing its range.
+                v0 = self._decode(_av0_resp.ApiVersionsResponse, API_VERSIONS_KEY, 0, body)
+                ranges = {int(k.api_key): (int(k.min_version), int(k.max_version))
+                          for k in v0.api_keys}
+                lo, hi = ranges.get(API_VERSIONS_KEY, (0, 0))
+                retry = min(hi, _API_VERSIONS_MAX)
+                if retry < lo or retry in tried:
+                    raise UnsupportedVersionError(
+                        f"{self} supports ApiVersions v{lo}..v{hi}, aioproducer "
+                        f"supports v0..v{_API_VERSIONS_MAX}: no common version"
+                    )
+                log.debug("%s: ApiVersions v%d unsupported, retrying with v%d",
+                          self, version, retry)
+                version = retry
+                continue
+            if code != 0:
+                raise for_code(code, f"ApiVersions request to {self} failed")
+            resp = self._decode(_API_VERSIONS_RESPONSES[version], API_VERSIONS_KEY, version,
+                                body)
+            self.api_versions = {int(k.api_key): (int(k.min_version), int(k.max_version))
+                                 for k in resp.api_keys}
+            self._negotiated = True
+            log.debug("connected to %s (ApiVersions v%d, %d APIs)", self, version,
+                      len(self.api_versions))
+            return
+
+    # -- asyncio.Protocol --------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's TCPTransport implements the interface without subclassing it.
+        transport = cast(asyncio.Transport, transport)
+        self._transport = transport
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):  # not a TCP socket
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        transport.set_write_buffer_limits(high=self.write_buffer_high,
+                                          low=self.write_buffer_low)
+
+    def pause_writing(self) -> None:
+        self.can_write = False
+
+    def resume_writing(self) -> None:
+        self.can_write = True
+        cb = self.on_writable
+        if cb is not None:
+            cb()
+
+    def eof_received(self) -> bool | None:
+        return None  # let the transport close; connection_lost does the rest
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self._closing:
+            reason = str(exc) if exc is not None else "the broker closed the connection"
+            self._shutdown(reason or repr(exc), exc)
+        self._transport = None
+        self._closed_event.set()
+
+    def data_received(self, data: bytes) -> None:
+        if self._closing:
+            return
+        n = len(data)
+        pos = 0
+        view: memoryview | None = None
+        while pos < n:
+            frame = self._frame
+            if frame is None:
+                # Reading the 4-byte size prefix.
+                size_buf = self._size_buf
+                if not size_buf and n - pos >= 4:
+                    size = int.from_bytes(data[pos:pos + 4], "big", signed=True)
+                    pos += 4
+                else:
+                    take = min(4 - len(size_buf), n - pos)
+                    size_buf += data[pos:pos + take]
+                    pos += take
+                    if len(size_buf) < 4:
+                        return
+                    size = int.from_bytes(size_buf, "big", signed=True)
+                    size_buf.clear()
+                if size < 4 or size > self.max_response_bytes:
+                    self._protocol_error(
+                        f"{self} sent a response frame of {size} bytes "
+                        f"(allowed: 4..{self.max_response_bytes})")
+                    return
+                if n - pos >= size:
+                    # The whole frame is in this chunk: hand out a view, no copy.
+                    if view is None:
+                        view = memoryview(data)
+                    self._on_frame(view[pos:pos + size])
+                    pos += size
+                    if self._closing:
+                        return
+                    continue
+                frame = self._frame = bytearray(size)
+                self._frame_pos = 0
+            fpos = self._frame_pos
+            take = min(len(frame) - fpos, n - pos)
+            if view is None:
+                view = memoryview(data)
+            frame[fpos:fpos + take] = view[pos:pos + take]
+            pos += take
+            fpos += take
+            if fpos < len(frame):
+                self._frame_pos = fpos
+                return
+            self._frame = None
+            self._frame_pos = 0
+            # Read-only, like the views of ``data`` (kio refuses writable buffers).
+            self._on_frame(memoryview(frame).toreadonly())
+            if self._closing:
+                return
+
+    # -- response handling -------------------------------------------------------------
+
+    def _on_frame(self, frame: memoryview) -> None:
+        cid = int.from_bytes(frame[:4], "big", signed=True)
+        if not self._in_flight:
+            self._protocol_error(
+                f"{self} sent a response (correlation id {cid}) with no request in flight")
+            return
+        head = self._in_flight[0]
+        if head.correlation_id != cid:
+            self._protocol_error(
+                f"{self} sent correlation id {cid} but {api_name(head.api_key)} "
+                f"v{head.api_version} with correlation id {head.correlation_id} "
+                "was expected")
+            return
+        offset = 4
+        if head.flexible_header:
+            try:
+                offset = _skip_tagged_fields(frame, offset)
+            except ProtocolError as exc:
+                self._protocol_error(f"bad response header from {self}: {exc}")
+                return
+        self._in_flight.popleft()
+        if not self._in_flight and self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        fut = head.future
+        if not fut.done():
+            fut.set_result(frame[offset:])
+
+    def _protocol_error(self, message: str) -> None:
+        log.warning("%s; closing the connection", message)
+        error = ProtocolError(message)
+        head = self._in_flight[0] if self._in_flight else None
+        self._shutdown(f"protocol error: {message}", error, special=head, special_error=error)
+
+    # -- timeouts ----------------------------------------------------------------------
+
+    def _arm_timer(self, when: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        assert self._loop is not None
+        self._timer_when = when
+        self._timer = self._loop.call_at(when, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        if not self._in_flight or self._closing:
+            return
+        assert self._loop is not None
+        now = self._loop.time()
+        earliest = min(self._in_flight, key=lambda p: p.deadline)
+        if earliest.deadline > now:
+            self._arm_timer(earliest.deadline)
+            return
+        message = (f"{api_name(earliest.api_key)} v{earliest.api_version} request "
+                   f"(correlation id {earliest.correlation_id}) to {self} got no response "
+                   f"within {earliest.timeout_ms} ms")
+        error = RequestTimedOutError(message)
+        log.warning("%s; closing the connection", message)
+        self._shutdown(f"request timed out: {message}", error, special=earliest,
+                       special_error=error)
+
+    # -- closing -----------------------------------------------------------------------
+
+    def close(self, reason: str = "closed by the client") -> None:
+        """Close now, failing every in-flight request. Idempotent."""
+        self._shutdown(reason, None)
+
+    async def wait_closed(self) -> None:
+        """Wait until the transport is fully closed."""
+        if self._transport is None:
+            return
+        await self._closed_event.wait()
+
+    def _shutdown(self, reason: str, cause: BaseException | None, *,
+                  special: _InFlight | None = None,
+                  special_error: BaseException | None = None) -> None:
+        if self._closing:
+            return
+        self._closing = True
+        self.close_reason = reason
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._frame = None
+        self._size_buf.clear()
+        pending = list(self._in_flight)
+        self._in_flight.clear()
+        for p in pending:
+            if p.future.done():
+                continue
+            if p is special and special_error is not None:
+                p.future.set_exception(special_error)
+            else:
+                err = KafkaConnectionError(f"connection to {self} lost: {reason}")
+                if cause is not None:
+                    err.__cause__ = cause
+                p.future.set_exception(err)
+        transport = self._transport
+        if transport is not None:
+            transport.abort()
+        else:
+            self._closed_event.set()
+        cb = self.on_close
+        if cb is not None:
+            self.on_close = None
+            try:
+                cb(self)
+            except Exception:  # pragma: no cover - owner's bug; never break closing
+                log.exception("on_close callback of %s failed", self)
+
+
+def _os_error_text(exc: OSError) -> str:
+    if exc.errno:
+        return f"{os.strerror(exc.errno)} ({exc})"
+    return str(exc) or repr(exc)
+
+
+def _skip_tagged_fields(buf: memoryview, offset: int) -> int:
+    count, offset = read_uvarint(buf, offset)
+    for _ in range(count):
+        _tag, offset = read_uvarint(buf, offset)
+        size, offset = read_uvarint(buf, offset)
+        offset += size
+        if offset > len(buf):
+            raise ProtocolError("tagged field runs past the end of the frame")
+    return offset
+
