@@ -1,0 +1,102 @@
+"""The produce loops of the asyncio clients (aioproducer, aiokafka), written once.
+
+A client is given as two coroutine functions: ``send(topic, value, key)`` returning an
+awaitable with ``add_done_callback`` (resolved on the ack), and ``flush()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from bench.common import KEY_MASK, PACED, SEND_AND_WAIT, Measured, RunArgs, cpu_seconds
+
+Send = Callable[[str, bytes, "bytes | None"], Awaitable[Any]]
+Flush = Callable[[], Awaitable[Any]]
+
+
+async def drive(args: RunArgs, send: Send, flush: Flush, value: bytes,
+                keys: list[bytes] | None) -> Measured:
+    if args.mode == SEND_AND_WAIT:
+        return await _send_and_wait(args, send, value, keys)
+    return await _pipelined(args, send, flush, value, keys)
+
+
+async def _await_all(futs: list[Any]) -> None:
+    for f in futs:
+        await f
+
+
+async def _pipelined(args: RunArgs, send: Send, flush: Flush, value: bytes,
+                     keys: list[bytes] | None) -> Measured:
+    """Throughput and paced modes: futures are awaited one chunk behind the sends."""
+    topic, n, every, chunk = args.topic, args.records, args.sample_every, args.chunk
+    paced = args.mode == PACED
+    interval = 1.0 / args.rate if paced else 0.0
+    perf = time.perf_counter
+    sleep = asyncio.sleep
+    lat: list[float] = []
+    append_lat = lat.append
+    prev: list[Any] = []
+    cur: list[Any] = []
+    key = None
+    cpu0 = cpu_seconds()
+    t0 = perf()
+    for i in range(n):
+        if paced:
+            # Sleep until this record's slot; never spin.
+            delay = t0 + i * interval - perf()
+            if delay > 0:
+                await sleep(delay)
+        if keys is not None:
+            key = keys[i & KEY_MASK]
+        if i % every == 0:
+            t = perf()
+            fut = await send(topic, value, key)
+            fut.add_done_callback(lambda _f, t=t: append_lat(perf() - t))
+        else:
+            fut = await send(topic, value, key)
+        cur.append(fut)
+        if len(cur) >= chunk:
+            await _await_all(prev)
+            prev = cur
+            cur = []
+    await flush()
+    await _await_all(prev)
+    await _await_all(cur)
+    elapsed = perf() - t0
+    cpu = cpu_seconds() - cpu0
+    return Measured(records=n, elapsed_s=elapsed, cpu_loop_s=cpu, latencies_s=lat)
+
+
+async def _send_and_wait(args: RunArgs, send: Send, value: bytes,
+                         keys: list[bytes] | None) -> Measured:
+    topic, n = args.topic, args.records
+    perf = time.perf_counter
+    lat: list[float] = []
+    key = None
+    cpu0 = cpu_seconds()
+    t0 = perf()
+    for i in range(n):
+        if keys is not None:
+            key = keys[i & KEY_MASK]
+        t = perf()
+        fut = await send(topic, value, key)
+        await fut
+        lat.append(perf() - t)
+    elapsed = perf() - t0
+    cpu = cpu_seconds() - cpu0
+    return Measured(records=n, elapsed_s=elapsed, cpu_loop_s=cpu, latencies_s=lat)
+
+
+def run_loop(coro_fn: Callable[[], Awaitable[Measured]], loop: str) -> Measured:
+    """Run on the default asyncio loop or on uvloop."""
+    if loop == "uvloop":
+        import uvloop
+
+        return uvloop.run(coro_fn())  # type: ignore[no-any-return]
+    if loop != "asyncio":
+        raise ValueError(f"unknown event loop {loop!r}")
+    return asyncio.run(coro_fn())  # type: ignore[arg-type]

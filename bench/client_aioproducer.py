@@ -1,0 +1,117 @@
+"""Runner for aioproducer (ours), through its public API only.
+
+Rows: ``aioproducer`` (asyncio loop), ``aioproducer+uvloop``, and
+``aioproducer-send_many`` (a bulk API; skipped while ``Producer`` has no ``send_many``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from typing import Any
+
+from bench.aio_driver import drive, run_loop
+from bench.common import (
+    KEY_MASK,
+    THROUGHPUT,
+    Measured,
+    RunArgs,
+    Skip,
+    child_main,
+    cpu_seconds,
+    make_keys,
+    make_value,
+)
+
+
+def _options(args: RunArgs) -> dict[str, Any]:
+    opts: dict[str, Any] = {"bootstrap_servers": args.bootstrap,
+                            "acks": "all" if args.acks == "all" else int(args.acks)}
+    if args.idempotence:
+        opts["enable_idempotence"] = True
+    if args.linger_ms is not None:
+        opts["linger_ms"] = args.linger_ms
+    if args.compression:
+        opts["compression_type"] = args.compression
+    return opts
+
+
+async def _send_many(args: RunArgs, p: Any, value: bytes, keys: list[bytes] | None) -> Measured:
+    """Bulk API: one ``send_many(topic, values, keys=...)`` call per chunk.
+
+    Whatever it returns is awaited: a list of per-record awaitables, or one awaitable.
+    Latency is sampled on every n-th record of a list, or per call otherwise.
+    """
+    topic, n, chunk, every = args.topic, args.records, args.chunk, args.sample_every
+    perf = time.perf_counter
+    lat: list[float] = []
+    pending: list[Any] = []
+    cpu0 = cpu_seconds()
+    t0 = perf()
+    for start in range(0, n, chunk):
+        count = min(chunk, n - start)
+        values = [value] * count
+        ks = None if keys is None else [keys[(start + j) & KEY_MASK] for j in range(count)]
+        t = perf()
+        res = await p.send_many(topic, values, keys=ks)
+        if isinstance(res, list | tuple):
+            for j in range(0, len(res), every):
+                res[j].add_done_callback(lambda _f, t=t: lat.append(perf() - t))
+            prev, pending = pending, list(res)
+        else:
+            prev, pending = pending, [res]
+        for f in prev:
+            if inspect.isawaitable(f):
+                await f
+    await p.flush()
+    for f in pending:
+        if inspect.isawaitable(f):
+            await f
+    elapsed = perf() - t0
+    return Measured(records=n, elapsed_s=elapsed, cpu_loop_s=cpu_seconds() - cpu0,
+                    latencies_s=lat)
+
+
+def run(args: RunArgs) -> Measured:
+    try:
+        import aioproducer
+        from aioproducer import Producer
+    except Exception as e:  # the native core may not be built
+        raise Skip(f"aioproducer is not importable: {type(e).__name__}: {e}") from None
+    if args.api == "send_many" and not hasattr(Producer, "send_many"):
+        raise Skip("Producer has no send_many() yet")
+    if args.api == "send_many" and args.mode != THROUGHPUT:
+        raise Skip("send_many is measured in throughput scenarios only")
+    if args.loop == "uvloop":
+        try:
+            import uvloop  # noqa: F401
+        except ImportError:
+            raise Skip("uvloop is not installed") from None
+    value = make_value(args.value_size, compressible=bool(args.compression))
+    keys = make_keys(args.key_size)
+    opts = _options(args)
+
+    async def main() -> Measured:
+        async with Producer(**opts) as p:
+            if args.api == "send_many":
+                m = await _send_many(args, p, value, keys)
+            else:
+                m = await drive(args, p.send, p.flush, value, keys)
+        return m
+
+    m = run_loop(main, args.loop)
+    m.version = getattr(aioproducer, "__version__", "") or _dist_version("aioproducer")
+    return m
+
+
+def _dist_version(name: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return ""
+
+
+if __name__ == "__main__":
+    raise SystemExit(child_main("aioproducer", run))

@@ -1,0 +1,362 @@
+"""``python -m bench``: every client, side by side, on the same Apache Kafka broker.
+
+For each scenario and repetition the clients run in turn (A B C ..., A B C ...), each in
+its own process, each on a fresh topic. After every run the broker's offsets must add up
+to exactly the records sent and a sample read back must have the right sizes; a run that
+fails that is reported as FAILED, never as a number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fnmatch
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from bench.common import (
+    CLIENTS,
+    PACED,
+    SCENARIOS,
+    SEND_AND_WAIT,
+    Client,
+    RunArgs,
+    Scenario,
+)
+from bench.report import FAILED, NA, OK, SKIPPED, render
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_OUT = Path(__file__).resolve().parent / "results"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    names = ", ".join(SCENARIOS)
+    clients = ", ".join(c.name for c in CLIENTS)
+    p = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="Run every producer client side by side on one Kafka broker and "
+                    "write a Markdown comparison.",
+        epilog=f"scenarios: {names}. clients: {clients}.",
+    )
+    p.add_argument("--scenario", action="append", default=[], metavar="NAME",
+                   help="a scenario to run (repeatable); default: all of them")
+    p.add_argument("--all", action="store_true", help="run every scenario")
+    p.add_argument("--client", action="append", default=[], metavar="PATTERN",
+                   help="a client row to run, shell patterns allowed, e.g. 'aioproducer*' "
+                        "(repeatable); default: all of them")
+    p.add_argument("--records", type=int, default=1_000_000,
+                   help="records per run in the throughput scenarios (default 1,000,000)")
+    p.add_argument("--sync-records", type=int, default=2000,
+                   help="records per run in send-and-wait (default 2,000)")
+    p.add_argument("--paced-rate", type=int, default=10_000,
+                   help="records/s in paced-10k (default 10,000)")
+    p.add_argument("--paced-seconds", type=float, default=5.0,
+                   help="duration of paced-10k (default 5 s)")
+    p.add_argument("--reps", type=int, default=3, help="repetitions (default 3)")
+    p.add_argument("--bootstrap", default=os.environ.get("AIOPRODUCER_BOOTSTRAP"),
+                   help="an existing broker (host:port); default: env AIOPRODUCER_BOOTSTRAP, "
+                        "else a local single-node broker started for the run")
+    p.add_argument("--kafka-libs", default=None, metavar="DIR",
+                   help="directory of Kafka jars for the Java client; default: "
+                        "aioproducer.devbroker.ensure_kafka_libs()")
+    p.add_argument("--run-timeout", type=float, default=None, metavar="SECONDS",
+                   help="hard limit for one client run (default 60 s + 1 s per 5,000 records)")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT,
+                   help="where latest.md and latest.json go (default bench/results)")
+    p.add_argument("--keep-topics", action="store_true",
+                   help="do not delete each run's topic after verifying it")
+    p.add_argument("--list", action="store_true", help="list scenarios and clients, then exit")
+    args = p.parse_args(argv)
+    for name in args.scenario:
+        if name not in SCENARIOS:
+            p.error(f"unknown scenario {name!r}; choose from {names}")
+    if args.records <= 0 or args.reps <= 0 or args.sync_records <= 0:
+        p.error("--records, --sync-records and --reps must be positive")
+    if args.paced_rate <= 0 or args.paced_seconds <= 0:
+        p.error("--paced-rate and --paced-seconds must be positive")
+    return args
+
+
+def select_clients(patterns: list[str]) -> list[Client]:
+    if not patterns:
+        return list(CLIENTS)
+    chosen = [c for c in CLIENTS if any(fnmatch.fnmatchcase(c.name, pat) for pat in patterns)]
+    if not chosen:
+        raise SystemExit(f"no client matches {patterns}; clients: "
+                         + ", ".join(c.name for c in CLIENTS))
+    return chosen
+
+
+def records_for(sc: Scenario, args: argparse.Namespace) -> int:
+    if sc.mode == SEND_AND_WAIT:
+        return int(args.sync_records)
+    if sc.mode == PACED:
+        return int(args.paced_rate * args.paced_seconds)
+    return int(args.records)
+
+
+def compression_unsupported(codec: str) -> str | None:
+    """Why ours cannot run ``codec`` yet (None: it can)."""
+    try:
+        from aioproducer.config import ProducerConfig
+    except Exception as e:
+        return f"aioproducer is not importable ({type(e).__name__})"
+    try:
+        ProducerConfig.from_options(bootstrap_servers="127.0.0.1:9092",
+                                    compression_type=codec)
+    except Exception as e:
+        return f"aioproducer does not support {codec} compression yet ({e})"
+    return None
+
+
+def kafka_libs(explicit: str | None) -> tuple[str | None, str]:
+    if explicit:
+        return explicit, ""
+    try:
+        from aioproducer import devbroker
+
+        return str(devbroker.ensure_kafka_libs()), ""
+    except Exception as e:
+        return None, f"no Kafka jars ({type(e).__name__}: {e}); pass --kafka-libs DIR"
+
+
+@contextlib.contextmanager
+def broker(bootstrap: str | None) -> Iterator[tuple[str, str]]:
+    """An existing broker, or a single-node one started (and stopped) for this run."""
+    if bootstrap:
+        yield bootstrap, f"existing broker at {bootstrap}"
+        return
+    try:
+        from aioproducer.devbroker import LocalKafka
+    except Exception as e:
+        raise SystemExit(
+            f"bench: cannot start a local broker ({type(e).__name__}: {e}); "
+            "pass --bootstrap host:port or set AIOPRODUCER_BOOTSTRAP") from None
+    state = Path(tempfile.mkdtemp(prefix="aioproducer-bench-broker-"))
+    kafka = LocalKafka(state, nodes=1)
+    try:
+        kafka.start()
+        print(f"bench: started a local broker at {kafka.bootstrap}", file=sys.stderr)
+        yield kafka.bootstrap, "local single-node broker (aioproducer.devbroker)"
+    finally:
+        kafka.stop()
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def run_child(client: Client, run_args: RunArgs, timeout: float) -> tuple[dict[str, Any], str]:
+    """Start one runner process; return its JSON result and the tail of its stderr."""
+    cmd = [sys.executable, "-m", f"bench.client_{client.module}",
+           "--json-args", run_args.to_json()]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                cwd=ROOT, env=env, start_new_session=True)
+        try:
+            proc.wait(timeout)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            # The runner leads its own session: end it and whatever it started.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            timed_out = True
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    tail = stderr.strip()[-1500:]
+    if timed_out:
+        return {"ok": False, "error": f"killed after the run timeout of {timeout:.0f} s"}, tail
+    result: dict[str, Any] | None = None
+    for line in stdout.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            with contextlib.suppress(json.JSONDecodeError):
+                result = json.loads(line)
+    if result is None:
+        return {"ok": False, "error": f"exit code {proc.returncode}, no result line; "
+                                      f"stderr: {tail[-400:]}"}, tail
+    if proc.returncode != 0 and result.get("ok"):
+        result["ok"] = False
+        result["error"] = f"exit code {proc.returncode}"
+    return result, tail
+
+
+def topic_name(scenario: str, client: str, rep: int) -> str:
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in client)
+    return f"bench-{scenario}-{safe}-r{rep}-{uuid.uuid4().hex[:8]}"
+
+
+def one_run(admin: Any, bootstrap: str, sc: Scenario, client: Client, rep: int,
+            args: argparse.Namespace, n: int, libs: str | None) -> dict[str, Any]:
+    from bench.broker import verify_topic
+
+    topic = topic_name(sc.name, client.name, rep)
+    timeout = args.run_timeout or (60.0 + n / 5000.0 + (args.paced_seconds
+                                                        if sc.mode == PACED else 0.0))
+    run_args = RunArgs(
+        bootstrap=bootstrap, topic=topic, records=n, value_size=sc.value_size,
+        key_size=sc.key_size, partitions=sc.partitions, acks=sc.acks,
+        idempotence=sc.idempotence, linger_ms=sc.linger_ms, compression=sc.compression,
+        mode=sc.mode, rate=float(args.paced_rate),
+        sample_every=1 if sc.mode in (SEND_AND_WAIT, PACED) else 16,
+        timeout_s=max(10.0, timeout - 20.0), kafka_libs=libs, **client.options,
+    )
+    record: dict[str, Any] = {"scenario": sc.name, "client": client.name, "rep": rep,
+                              "topic": topic, "records": n}
+    admin.create_topic(topic, sc.partitions)
+    t0 = time.monotonic()
+    try:
+        result, stderr_tail = run_child(client, run_args, timeout)
+        record["wall_s"] = round(time.monotonic() - t0, 3)
+        record["result"] = result
+        if "skipped" in result:
+            record.update(status=SKIPPED, reason=result["skipped"])
+            return record
+        if not result.get("ok"):
+            record.update(status=FAILED, reason=result.get("error") or "the run failed",
+                          stderr_tail=stderr_tail)
+            return record
+        v = verify_topic(bootstrap, topic, sc.partitions, n, sc.value_size, sc.key_size)
+        record["verification"] = {"ok": v.ok, "held": v.held, "expected": v.expected,
+                                  "sampled": v.sampled, "problems": v.problems[:20]}
+        if v.ok:
+            record.update(status=OK, reason="")
+        else:
+            record.update(status=FAILED, reason="verification: " + v.describe())
+        return record
+    finally:
+        if not args.keep_topics:
+            admin.delete_topic(topic)
+
+
+def _summary(record: dict[str, Any]) -> str:
+    if record["status"] != OK:
+        return f"{record['status']}: {record['reason']}"
+    r = record["result"]
+    p99 = r.get("lat_p99_ms")
+    p99s = "—" if p99 is None else f"{p99:.2f} ms"
+    return (f"{r['records_per_s']:,.0f} rec/s, {r['mb_per_s']:.1f} MB/s, "
+            f"p99 {p99s}, verified ({record['verification']['held']} records)")
+
+
+def _loadavg() -> str:
+    try:
+        return f"{os.getloadavg()[0]:.2f}"
+    except OSError:
+        return "?"
+
+
+def host_description() -> str:
+    model = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return f"{model}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.list:
+        for sc in SCENARIOS.values():
+            print(f"scenario {sc.name:22} {sc.description}")
+        for c in CLIENTS:
+            print(f"client   {c.name}")
+        return 0
+    scenarios = ([SCENARIOS[n] for n in dict.fromkeys(args.scenario)]
+                 if args.scenario and not args.all else list(SCENARIOS.values()))
+    clients = select_clients(args.client)
+
+    skipped_scenarios: dict[str, str] = {}
+    for sc in scenarios:
+        if sc.compression:
+            why = compression_unsupported(sc.compression)
+            if why:
+                skipped_scenarios[sc.name] = why
+                print(f"bench: skipping scenario {sc.name}: {why}", file=sys.stderr)
+    libs, libs_problem = (None, "")
+    if any(c.family == "java" for c in clients):
+        libs, libs_problem = kafka_libs(args.kafka_libs)
+        if libs_problem:
+            print(f"bench: java: {libs_problem}", file=sys.stderr)
+
+    from bench.broker import Admin
+
+    runs: list[dict[str, Any]] = []
+    records_by_scenario = {sc.name: records_for(sc, args) for sc in scenarios}
+    started = datetime.now(timezone.utc)
+    load_before = _loadavg()
+    with broker(args.bootstrap) as (bootstrap, broker_desc):
+        admin = Admin(bootstrap)
+        for sc in scenarios:
+            if sc.name in skipped_scenarios:
+                continue
+            n = records_by_scenario[sc.name]
+            not_runnable: dict[str, tuple[str, str]] = {}
+            for c in clients:
+                if c.family in sc.unsupported:
+                    not_runnable[c.name] = (NA, sc.unsupported[c.family])
+                elif c.family == "java" and libs is None:
+                    not_runnable[c.name] = (SKIPPED, libs_problem)
+            for c in clients:
+                if c.name in not_runnable:
+                    status, reason = not_runnable[c.name]
+                    runs.append({"scenario": sc.name, "client": c.name, "rep": 1,
+                                 "status": status, "reason": reason, "result": {}})
+            for rep in range(1, args.reps + 1):
+                for c in clients:
+                    if c.name in not_runnable:
+                        continue
+                    label = f"[{sc.name} {rep}/{args.reps}] {c.name}"
+                    print(f"bench: {label} ...", file=sys.stderr, flush=True)
+                    record = one_run(admin, bootstrap, sc, c, rep, args, n, libs)
+                    runs.append(record)
+                    print(f"bench: {label}: {_summary(record)}", file=sys.stderr, flush=True)
+                    if record["status"] == SKIPPED:
+                        # The same reason holds for the remaining repetitions.
+                        not_runnable[c.name] = (SKIPPED, record["reason"])
+
+    versions: dict[str, str] = {}
+    for r in runs:
+        v = r.get("result", {}).get("version")
+        if v:
+            versions.setdefault(CLIENT_FAMILY.get(r["client"], r["client"]), v)
+    meta = {
+        "date": started.strftime("%Y-%m-%d %H:%M UTC"),
+        "host": host_description(),
+        "python": f"{platform.python_implementation()} {platform.python_version()}",
+        "broker": broker_desc,
+        "client versions": ", ".join(f"{k} {v}" for k, v in sorted(versions.items())) or "—",
+        "load average (1 min) before / after": f"{load_before} / {_loadavg()} "
+                                                 f"on {os.cpu_count()} CPUs",
+        "repetitions": args.reps,
+        "command": "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:]),
+    }
+    md = render(meta, scenarios, records_by_scenario, runs, skipped_scenarios,
+                [c.name for c in clients])
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "latest.md").write_text(md)
+    raw = {"meta": meta, "records_by_scenario": records_by_scenario,
+           "skipped_scenarios": skipped_scenarios, "runs": runs}
+    (args.out / "latest.json").write_text(json.dumps(raw, indent=1) + "\n")
+    sys.stdout.write(md)
+    print(f"bench: wrote {args.out / 'latest.md'} and latest.json", file=sys.stderr)
+    failed = sum(1 for r in runs if r["status"] == FAILED)
+    return 1 if failed else 0
+
+
+CLIENT_FAMILY = {c.name: c.family for c in CLIENTS}
