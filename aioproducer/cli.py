@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import asyncio
 import os
 import sys
@@ -102,8 +103,7 @@ async def _perf(args: argparse.Namespace) -> int:
             for i in range(n):
                 fut = await producer.send(topic, payload)
                 if i % sample_every == 0:
-                    t = time.perf_counter()
-                    fut.add_done_callback(lambda f, t=t: on_done(t, f))
+                    fut.add_done_callback(functools.partial(on_done, time.perf_counter()))
                 last = fut
                 if period:
                     target = start + (i + 1) * period

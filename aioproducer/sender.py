@@ -32,7 +32,7 @@ from .errors import (
 )
 from .metadata import Cluster, Metadata
 from .net.client import KafkaClient
-from .net.protocol import decode_produce_response, encode_produce_body
+from .net.protocol import decode_produce_response, encode_produce_body, produce_results
 from .producer_id import ProducerIdManager
 
 __all__ = ["Sender"]
@@ -293,12 +293,11 @@ class Sender:
                     self._retry_or_fail(b, perr, now)
                 return
             results: dict[TopicPartition, Any] = {}
-            for topic_resp in response.responses:
-                name = getattr(topic_resp, "name", None)
+            for name, topic_id, part in produce_results(response):
                 if name is None:
-                    name = self._topic_for_id(topic_resp.topic_id)
-                for p in topic_resp.partition_responses:
-                    results[(name, int(p.index))] = p
+                    name = self._topic_for_id(topic_id)
+                if name is not None:
+                    results[(name, int(part.index))] = part
             for b in batches:
                 p = results.get(b.tp)
                 if p is None:

@@ -1,0 +1,57 @@
+"""aioproducer: an asyncio-native Apache Kafka producer with a compiled Cython core.
+
+    async with Producer(bootstrap_servers="127.0.0.1:9092") as producer:
+        fut = await producer.send("events", b"value", key=b"key")
+        metadata = await fut
+"""
+
+from . import _native  # noqa: F401  (fails with a clear message if the core is not built)
+from .config import ProducerConfig
+from .errors import (
+    BrokerResponseError,
+    BufferExhaustedError,
+    ConfigError,
+    DeliveryTimeoutError,
+    IllegalStateError,
+    KafkaConnectionError,
+    KafkaError,
+    KafkaTimeoutError,
+    PartitionError,
+    ProducerClosedError,
+    ProtocolError,
+    RecordTooLargeError,
+    RequestTimedOutError,
+    SerializationError,
+    TopicAuthorizationError,
+    UnknownTopicError,
+    UnsupportedVersionError,
+)
+from .producer import Producer
+from .record import RecordFuture, RecordMetadata
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BrokerResponseError",
+    "BufferExhaustedError",
+    "ConfigError",
+    "DeliveryTimeoutError",
+    "IllegalStateError",
+    "KafkaConnectionError",
+    "KafkaError",
+    "KafkaTimeoutError",
+    "PartitionError",
+    "Producer",
+    "ProducerClosedError",
+    "ProducerConfig",
+    "ProtocolError",
+    "RecordFuture",
+    "RecordMetadata",
+    "RecordTooLargeError",
+    "RequestTimedOutError",
+    "SerializationError",
+    "TopicAuthorizationError",
+    "UnknownTopicError",
+    "UnsupportedVersionError",
+    "__version__",
+]
