@@ -1,0 +1,30 @@
+"""The compiled core of aioproducer: batch memory, record batch encoding, murmur2.
+
+Everything here is Cython (``*.pyx``) and knows nothing of asyncio.  There is no
+pure-Python fallback: if the extension modules are not built, importing this
+package fails with an ImportError that says how to build them.
+"""
+
+from __future__ import annotations
+
+try:
+    from .batch import BATCH_HEADER_SIZE, BatchBuilder, record_size_upper_bound
+    from .murmur2 import murmur2, murmur2_partition
+    from .pool import DEBUG_BUILD, Block, BufferPool
+except ImportError as exc:  # pragma: no cover - depends on the build
+    raise ImportError(
+        "aioproducer's compiled core (aioproducer._native) is not built: "
+        f"{exc}. Build it with `pip install -e .` (or `make build`) in the source "
+        "checkout; there is no pure-Python fallback."
+    ) from exc
+
+__all__ = [
+    "BATCH_HEADER_SIZE",
+    "DEBUG_BUILD",
+    "BatchBuilder",
+    "Block",
+    "BufferPool",
+    "murmur2",
+    "murmur2_partition",
+    "record_size_upper_bound",
+]

@@ -1,0 +1,70 @@
+# Kafka record batch v2 (magic 2) written straight into a pool Block.
+
+from cpython.ref cimport PyObject
+from libc.stdint cimport int16_t, int32_t, int64_t
+
+from .pool cimport Block
+
+
+# Byte offsets of the batch header fields (big-endian), from the Kafka
+# protocol documentation, "Record Batch".
+cdef enum:
+    OFF_BASE_OFFSET = 0            # int64
+    OFF_BATCH_LENGTH = 8           # int32: bytes after this field
+    OFF_LEADER_EPOCH = 12          # int32 partitionLeaderEpoch
+    OFF_MAGIC = 16                 # int8 = 2
+    OFF_CRC = 17                   # uint32 CRC-32C of [OFF_ATTRIBUTES:end]
+    OFF_ATTRIBUTES = 21            # int16
+    OFF_LAST_OFFSET_DELTA = 23     # int32
+    OFF_BASE_TIMESTAMP = 27        # int64
+    OFF_MAX_TIMESTAMP = 35         # int64
+    OFF_PRODUCER_ID = 43           # int64
+    OFF_PRODUCER_EPOCH = 51        # int16
+    OFF_BASE_SEQUENCE = 53         # int32
+    OFF_RECORD_COUNT = 57          # int32
+    HEADER_SIZE = 61               # records start here
+
+    ATTR_TRANSACTIONAL = 0x10      # attributes bit 4
+
+
+# A key, value or header value borrowed from a Python object for one append.
+cdef struct Slice:
+    const char* ptr                # first byte (may be NULL when len <= 0)
+    Py_ssize_t len                 # byte length; -1 for a null field
+    bint acquired                  # `view` holds a buffer that must be released
+    Py_buffer view                 # the buffer, for non-bytes objects
+
+
+# One record header, held from sizing until the write is done.
+cdef struct HeaderSlot:
+    PyObject* pair                 # owned reference to the (key, value) tuple
+    const char* key                # UTF-8 key (cached by, and owned by, the str)
+    Py_ssize_t key_len             # key byte length
+    Slice value                    # the header value (len -1 for null)
+
+
+cdef class BatchBuilder:
+    cdef readonly Block block      # the memory written into
+    cdef Py_ssize_t pos            # bytes written: header + records so far
+    cdef Py_ssize_t capacity       # the block's capacity
+    cdef int32_t count             # records appended
+    cdef int64_t base_ts           # timestamp of the first record (baseTimestamp)
+    cdef int64_t max_ts            # largest record timestamp (maxTimestamp)
+    cdef int64_t producer_id_      # header producerId, set by close()
+    cdef int16_t producer_epoch_   # header producerEpoch
+    cdef int32_t base_sequence_    # header baseSequence
+    cdef bint transactional_       # attributes bit 4
+    cdef bint closed_              # close() ran: header and CRC are final
+
+    # Append one record: its offset delta, -1 if it does not fit (nothing is
+    # written then), or -2 with an exception set.
+    cdef Py_ssize_t append_record(self, int64_t timestamp_ms, object key, object value,
+                                  object headers) except -2
+    # Write the producer fields into the header and recompute the CRC.
+    cdef int write_producer_state(self) except -1
+    # Raise RuntimeError unless the block is still live.
+    cdef int check_block(self) except -1
+    # CRC-32C of [OFF_ATTRIBUTES:pos] into the crc field.
+    cdef int store_crc(self) except -1
+    # Debug builds: check that the records tile [HEADER_SIZE:pos] exactly.
+    cdef int debug_walk(self) except -1

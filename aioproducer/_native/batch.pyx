@@ -1,0 +1,515 @@
+"""Kafka record batch v2 (magic 2), written straight into a pool Block.
+
+Wire format (Kafka protocol documentation, "Record Batch"; big-endian):
+
+    baseOffset int64 | batchLength int32 | partitionLeaderEpoch int32 | magic int8
+    | crc uint32 | attributes int16 | lastOffsetDelta int32 | baseTimestamp int64
+    | maxTimestamp int64 | producerId int64 | producerEpoch int16 | baseSequence int32
+    | records count int32 | records...
+
+and each record (signed varints are zigzag):
+
+    length varint | attributes int8 | timestampDelta varlong | offsetDelta varint
+    | keyLength varint | key | valueLength varint | value | headers count varint
+    | (headerKeyLength varint | key | headerValueLength varint | value)*
+
+The CRC is CRC-32C over ``attributes`` up to the end of the batch.  Records are
+sized exactly before anything is written, so a record that does not fit leaves
+the block untouched.
+"""
+
+cimport cython
+from cpython.buffer cimport (
+    PyBUF_READ,
+    PyBUF_SIMPLE,
+    PyBuffer_Release,
+    PyObject_CheckBuffer,
+    PyObject_GetBuffer,
+)
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_GET_SIZE
+from cpython.list cimport PyList_Check, PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_Check
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from cpython.memoryview cimport PyMemoryView_FromMemory
+from cpython.ref cimport PyObject, Py_XDECREF, Py_XINCREF
+from cpython.tuple cimport PyTuple_Check, PyTuple_GET_ITEM, PyTuple_GET_SIZE
+from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_Check
+from libc.stdint cimport (
+    INT16_MAX,
+    INT16_MIN,
+    INT32_MAX,
+    INT32_MIN,
+    int16_t,
+    int32_t,
+    int64_t,
+    uint16_t,
+    uint32_t,
+    uint64_t,
+)
+
+from .debug cimport AIOP_DEBUG
+from .pool cimport BLOCK_LIVE, Block
+from .wire cimport (
+    Writer,
+    put_be16,
+    put_be32,
+    put_be64,
+    put_bytes,
+    put_u8,
+    put_varint,
+    uvarint_size,
+    varint_size,
+    writer_init,
+    zigzag64,
+)
+
+# The CRC-32C of the `crc32c` package (hardware accelerated: SSE4.2 / ARMv8 CRC
+# instructions, software fallback otherwise).  Checked in its source (crc32c
+# 2.9, ext/_crc32c.c): crc32c(data, value=0, gil_release_mode=-1) takes any
+# contiguous buffer ("y*"); with the default mode -1 it releases the GIL only for
+# buffers of 32 KiB or more (MIN_BUFSIZE_FOR_AUTOMATIC_RELEASE), mode 1 always
+# releases it and mode 0 never does.  We keep the default: typical batches
+# (16 KiB) are summed holding the GIL, where a release would cost more than it
+# saves, and big batches let other threads run.  It is called once per batch,
+# from close() and set_producer_state(), on a memoryview made straight from the
+# block memory (PyMemoryView_FromMemory: no export, no copy).
+from crc32c import crc32c as _crc32c
+
+#: Bytes of the record batch header; records start at this offset.
+BATCH_HEADER_SIZE = HEADER_SIZE
+
+cdef enum:
+    MAX_VARINT_SIZE = 5            # bytes of the longest int32 varint
+    MAX_VARLONG_SIZE = 10          # bytes of the longest int64 varlong
+    STACK_HEADERS = 8              # header slots kept on the C stack
+    MAGIC = 2
+
+
+# -- borrowing bytes from Python objects ---------------------------------------
+
+cdef str field_name(const char* field, Py_ssize_t index):
+    if index >= 0:
+        return f"headers[{index}] {field.decode()}"
+    return field.decode()
+
+
+cdef int acquire(object obj, Slice* s, const char* field, Py_ssize_t index) except -1:
+    # Borrow the bytes of a key/value: None -> len -1; bytes -> its storage (kept
+    # alive by the caller); any other C-contiguous buffer -> an acquired view.
+    s.acquired = False
+    if obj is None:
+        s.ptr = NULL
+        s.len = -1
+        return 0
+    if PyBytes_CheckExact(obj):
+        s.ptr = PyBytes_AS_STRING(obj)
+        s.len = PyBytes_GET_SIZE(obj)
+        return 0
+    if not PyObject_CheckBuffer(obj):
+        raise TypeError(
+            f"{field_name(field, index)} must be bytes-like or None, "
+            f"got {type(obj).__name__}"
+        )
+    try:
+        PyObject_GetBuffer(obj, &s.view, PyBUF_SIMPLE)
+    except BufferError as exc:
+        raise TypeError(
+            f"{field_name(field, index)} must be a C-contiguous buffer: {exc}"
+        ) from exc
+    s.acquired = True
+    s.ptr = <const char*>s.view.buf
+    s.len = s.view.len
+    return 0
+
+
+cdef inline void release(Slice* s) noexcept:
+    if s.acquired:
+        s.acquired = False
+        PyBuffer_Release(&s.view)
+
+
+cdef Py_ssize_t header_count(object headers) except -1:
+    if PyList_Check(headers):
+        return PyList_GET_SIZE(headers)
+    if PyTuple_Check(headers):
+        return PyTuple_GET_SIZE(headers)
+    raise TypeError(
+        f"headers must be a list or tuple of (str, bytes | None) pairs or None, "
+        f"got {type(headers).__name__}"
+    )
+
+
+cdef PyObject* header_pair(object headers, Py_ssize_t i) except NULL:
+    # Borrowed reference to the i-th header, checked to be a 2-tuple with a str key.
+    cdef PyObject* item
+    cdef object pair
+    if PyList_Check(headers):
+        if i >= PyList_GET_SIZE(headers):
+            raise RuntimeError("headers list changed size during append")
+        item = PyList_GET_ITEM(headers, i)
+    else:
+        item = PyTuple_GET_ITEM(headers, i)
+    pair = <object>item
+    if not PyTuple_Check(pair) or PyTuple_GET_SIZE(pair) != 2:
+        raise TypeError(
+            f"headers[{i}] must be a (str, bytes | None) tuple, got {type(pair).__name__}"
+        )
+    key = <object>PyTuple_GET_ITEM(pair, 0)
+    if not PyUnicode_Check(key):
+        raise TypeError(f"headers[{i}] key must be str, got {type(key).__name__}")
+    return item
+
+
+def record_size_upper_bound(Py_ssize_t key_len, Py_ssize_t value_len,
+                            object headers=None) -> int:
+    """An upper bound of one encoded record, length prefix included.
+
+    ``key_len``/``value_len`` of -1 mean null.  A block of
+    ``BATCH_HEADER_SIZE + record_size_upper_bound(...)`` bytes always takes the
+    record as the first of a batch.
+    """
+    cdef Py_ssize_t n = 0, i, klen
+    cdef int64_t body
+    cdef Slice s
+    if key_len < -1 or value_len < -1:
+        raise ValueError(
+            f"key_len and value_len must be >= -1 (-1 = null), got {key_len}, {value_len}"
+        )
+    body = (1 + MAX_VARLONG_SIZE + MAX_VARINT_SIZE
+            + varint_size(key_len) + (key_len if key_len > 0 else 0)
+            + varint_size(value_len) + (value_len if value_len > 0 else 0))
+    if headers is not None:
+        n = header_count(headers)
+        for i in range(n):
+            pair = <object>header_pair(headers, i)
+            PyUnicode_AsUTF8AndSize((<tuple>pair)[0], &klen)
+            acquire((<tuple>pair)[1], &s, b"value", i)
+            release(&s)
+            body += varint_size(klen) + klen + varint_size(s.len) + (s.len if s.len > 0 else 0)
+    body += varint_size(n)
+    return uvarint_size(zigzag64(body)) + body
+
+
+# -- the builder -----------------------------------------------------------------
+
+@cython.final
+@cython.auto_pickle(False)
+cdef class BatchBuilder:
+    """Builds one record batch v2 in a :class:`Block` (records from offset 61)."""
+
+    def __cinit__(self, Block block not None):
+        if block.state != BLOCK_LIVE:
+            raise ValueError("cannot build a batch in a released block")
+        if block.capacity < HEADER_SIZE + 1:
+            raise ValueError(
+                f"a {block.capacity}-byte block is too small for a record batch "
+                f"(at least {HEADER_SIZE + 1} bytes)"
+            )
+        self.block = block
+        self.capacity = block.capacity
+        self.pos = HEADER_SIZE
+        self.count = 0
+        self.base_ts = -1
+        self.max_ts = -1
+        self.producer_id_ = -1
+        self.producer_epoch_ = -1
+        self.base_sequence_ = -1
+        self.transactional_ = False
+        self.closed_ = False
+
+    # -- appending -------------------------------------------------------------
+
+    def append(self, timestamp_ms, key, value, headers=None) -> int:
+        """Append a record; its offset delta, or -1 if it does not fit.
+
+        ``key``/``value``: None or a C-contiguous bytes-like object;
+        ``headers``: None or a list/tuple of ``(str, bytes-like | None)`` pairs.
+        """
+        cdef int overflow = 0
+        cdef int64_t ts
+        if not PyLong_Check(timestamp_ms):
+            raise TypeError(f"timestamp_ms must be an int, got {type(timestamp_ms).__name__}")
+        ts = PyLong_AsLongLongAndOverflow(timestamp_ms, &overflow)
+        if overflow:
+            raise ValueError(f"timestamp_ms {timestamp_ms} does not fit in an int64")
+        return self.append_record(ts, key, value, headers)
+
+    cdef Py_ssize_t append_record(self, int64_t timestamp_ms, object key, object value,
+                                  object headers) except -2:
+        cdef Slice k, v
+        cdef HeaderSlot stack_slots[STACK_HEADERS]
+        cdef HeaderSlot* slots = stack_slots
+        cdef HeaderSlot* h
+        cdef PyObject* pair
+        cdef Py_ssize_t nh = 0, held = 0, i, start
+        cdef int64_t delta, body, total
+        cdef Writer w
+
+        if self.closed_:
+            raise RuntimeError("cannot append to a closed batch")
+        self.check_block()
+        k.acquired = False
+        v.acquired = False
+        try:
+            acquire(key, &k, b"key", -1)
+            acquire(value, &v, b"value", -1)
+            if headers is not None:
+                nh = header_count(headers)
+                if nh > STACK_HEADERS:
+                    slots = <HeaderSlot*>PyMem_Malloc(<size_t>nh * sizeof(HeaderSlot))
+                    if slots == NULL:
+                        raise MemoryError()
+                for i in range(nh):
+                    pair = header_pair(headers, i)
+                    h = &slots[i]
+                    # Hold the tuple (and so its key and value) until the end.
+                    Py_XINCREF(pair)
+                    h.pair = pair
+                    h.value.acquired = False
+                    held += 1
+                    h.key = PyUnicode_AsUTF8AndSize(
+                        <object>PyTuple_GET_ITEM(<object>pair, 0), &h.key_len)
+                    acquire(<object>PyTuple_GET_ITEM(<object>pair, 1), &h.value,
+                            b"value", i)
+
+            # Exact size of the record.
+            if self.count == 0:
+                delta = 0
+            else:
+                delta = <int64_t>(<uint64_t>timestamp_ms - <uint64_t>self.base_ts)
+            body = (1 + varint_size(delta) + varint_size(self.count)
+                    + varint_size(k.len) + (k.len if k.len > 0 else 0)
+                    + varint_size(v.len) + (v.len if v.len > 0 else 0)
+                    + varint_size(nh))
+            for i in range(nh):
+                h = &slots[i]
+                body += (varint_size(h.key_len) + h.key_len + varint_size(h.value.len)
+                         + (h.value.len if h.value.len > 0 else 0))
+            if body > INT32_MAX:
+                raise ValueError(f"a {body}-byte record is larger than the protocol allows")
+            total = uvarint_size(zigzag64(body)) + body
+            if total > self.capacity - self.pos or self.count == INT32_MAX:
+                return -1
+
+            # Write it; every primitive write is bounds-checked against capacity.
+            start = self.pos
+            writer_init(&w, self.block.data, start, self.capacity)
+            put_varint(&w, body)
+            put_u8(&w, 0)                       # record attributes (unused)
+            put_varint(&w, delta)
+            put_varint(&w, self.count)          # offsetDelta
+            put_varint(&w, k.len)
+            put_bytes(&w, k.ptr, k.len)
+            put_varint(&w, v.len)
+            put_bytes(&w, v.ptr, v.len)
+            put_varint(&w, nh)
+            for i in range(nh):
+                h = &slots[i]
+                put_varint(&w, h.key_len)
+                put_bytes(&w, h.key, h.key_len)
+                put_varint(&w, h.value.len)
+                put_bytes(&w, h.value.ptr, h.value.len)
+            if w.overflow or w.pos != start + total:
+                raise SystemError(
+                    f"aioproducer internal error: record sized {total} bytes, wrote "
+                    f"{w.pos - start} (overflow={w.overflow})"
+                )
+        finally:
+            release(&k)
+            release(&v)
+            for i in range(held):
+                release(&slots[i].value)
+                Py_XDECREF(slots[i].pair)
+            if slots != stack_slots:
+                PyMem_Free(slots)
+
+        self.pos = w.pos
+        if self.count == 0:
+            self.base_ts = timestamp_ms
+            self.max_ts = timestamp_ms
+        elif timestamp_ms > self.max_ts:
+            self.max_ts = timestamp_ms
+        self.count += 1
+        if AIOP_DEBUG:
+            self.debug_walk()
+        return self.count - 1
+
+    # -- closing ---------------------------------------------------------------
+
+    def close(self, int64_t producer_id=-1, int64_t producer_epoch=-1,
+              int64_t base_sequence=-1, bint transactional=False) -> None:
+        """Fill in the header and the CRC; no more appends after this."""
+        cdef Writer w
+        if self.closed_:
+            raise RuntimeError("the batch is already closed")
+        self.check_block()
+        if self.count == 0:
+            raise RuntimeError("cannot close an empty batch")
+        check_producer_state(producer_id, producer_epoch, base_sequence)
+        self.producer_id_ = producer_id
+        self.producer_epoch_ = <int16_t>producer_epoch
+        self.base_sequence_ = <int32_t>base_sequence
+        self.transactional_ = transactional
+        writer_init(&w, self.block.data, 0, HEADER_SIZE)
+        put_be64(&w, 0)                                       # baseOffset
+        put_be32(&w, <uint32_t>(self.pos - OFF_LEADER_EPOCH))  # batchLength
+        put_be32(&w, <uint32_t>-1)                            # partitionLeaderEpoch
+        put_u8(&w, MAGIC)
+        put_be32(&w, 0)                                       # crc, below
+        put_be16(&w, ATTR_TRANSACTIONAL if transactional else 0)
+        put_be32(&w, <uint32_t>(self.count - 1))              # lastOffsetDelta
+        put_be64(&w, <uint64_t>self.base_ts)
+        put_be64(&w, <uint64_t>self.max_ts)
+        put_be64(&w, <uint64_t>self.producer_id_)
+        put_be16(&w, <uint16_t>self.producer_epoch_)
+        put_be32(&w, <uint32_t>self.base_sequence_)
+        put_be32(&w, <uint32_t>self.count)
+        if w.overflow or w.pos != HEADER_SIZE:
+            raise SystemError("aioproducer internal error: batch header size")
+        self.store_crc()
+        self.closed_ = True
+        if AIOP_DEBUG:
+            self.debug_walk()
+
+    def set_producer_state(self, int64_t producer_id, int64_t producer_epoch,
+                           int64_t base_sequence) -> None:
+        """Rewrite producerId/Epoch/baseSequence of a closed batch and re-CRC it."""
+        if not self.closed_:
+            raise RuntimeError("set_producer_state() needs a closed batch; use close()")
+        self.check_block()
+        check_producer_state(producer_id, producer_epoch, base_sequence)
+        self.producer_id_ = producer_id
+        self.producer_epoch_ = <int16_t>producer_epoch
+        self.base_sequence_ = <int32_t>base_sequence
+        self.write_producer_state()
+
+    def view(self) -> memoryview:
+        """Read-only view of the closed batch (an export: the block is not reused
+        while the view lives)."""
+        if not self.closed_:
+            raise RuntimeError("the batch must be closed before it is viewed")
+        self.check_block()
+        return self.block.view(0, self.pos)
+
+    # -- state -----------------------------------------------------------------
+
+    @property
+    def record_count(self) -> int:
+        return self.count
+
+    @property
+    def size_in_bytes(self) -> int:
+        """Header plus the records appended so far."""
+        return self.pos
+
+    @property
+    def remaining(self) -> int:
+        """Bytes left for records (0 once closed)."""
+        return 0 if self.closed_ else self.capacity - self.pos
+
+    @property
+    def base_timestamp(self) -> int:
+        """Timestamp of the first record (-1 while empty)."""
+        return self.base_ts
+
+    @property
+    def max_timestamp(self) -> int:
+        """Largest record timestamp (-1 while empty)."""
+        return self.max_ts
+
+    @property
+    def closed(self) -> bool:
+        return self.closed_
+
+    @property
+    def producer_id(self) -> int:
+        return self.producer_id_
+
+    @property
+    def producer_epoch(self) -> int:
+        return self.producer_epoch_
+
+    @property
+    def base_sequence(self) -> int:
+        return self.base_sequence_
+
+    @property
+    def transactional(self) -> bool:
+        return self.transactional_
+
+    def __repr__(self) -> str:
+        return (
+            f"<BatchBuilder records={self.count} size={self.pos}/{self.capacity} "
+            f"{'closed' if self.closed_ else 'open'}>"
+        )
+
+    # -- C level -----------------------------------------------------------------
+
+    cdef int check_block(self) except -1:
+        if self.block.state != BLOCK_LIVE:
+            raise RuntimeError("the batch's block was released to its pool")
+        return 0
+
+    cdef int write_producer_state(self) except -1:
+        cdef Writer w
+        writer_init(&w, self.block.data, OFF_PRODUCER_ID, OFF_RECORD_COUNT)
+        put_be64(&w, <uint64_t>self.producer_id_)
+        put_be16(&w, <uint16_t>self.producer_epoch_)
+        put_be32(&w, <uint32_t>self.base_sequence_)
+        if w.overflow or w.pos != OFF_RECORD_COUNT:
+            raise SystemError("aioproducer internal error: producer state size")
+        self.store_crc()
+        return 0
+
+    cdef int store_crc(self) except -1:
+        cdef Writer w
+        cdef uint32_t crc
+        crc = _crc32c(PyMemoryView_FromMemory(self.block.data + OFF_ATTRIBUTES,
+                                              self.pos - OFF_ATTRIBUTES, PyBUF_READ))
+        writer_init(&w, self.block.data, OFF_CRC, OFF_ATTRIBUTES)
+        put_be32(&w, crc)
+        if w.overflow:
+            raise SystemError("aioproducer internal error: crc offset")
+        return 0
+
+    cdef int debug_walk(self) except -1:
+        # Debug builds: walk the records by their length prefixes and check that
+        # they tile [HEADER_SIZE:pos] exactly.
+        cdef const unsigned char* p = <const unsigned char*>self.block.data
+        cdef Py_ssize_t off = HEADER_SIZE, n = 0
+        cdef uint64_t zz
+        cdef int shift
+        cdef int64_t length
+        while off < self.pos:
+            zz = 0
+            shift = 0
+            while True:
+                if off >= self.pos or shift > 63:
+                    raise AssertionError("record length varint runs past the batch")
+                zz |= <uint64_t>(p[off] & 0x7F) << shift
+                off += 1
+                if not (p[off - 1] & 0x80):
+                    break
+                shift += 7
+            length = <int64_t>(zz >> 1) ^ -<int64_t>(zz & 1)
+            if length < 6 or length > self.pos - off:
+                raise AssertionError(f"record {n} has a bad length {length}")
+            off += length
+            n += 1
+        if off != self.pos or n != self.count:
+            raise AssertionError(
+                f"records tile {off - HEADER_SIZE} bytes in {n} records; expected "
+                f"{self.pos - HEADER_SIZE} bytes in {self.count}"
+            )
+        if self.pos > self.capacity or self.pos > self.block.capacity:
+            raise AssertionError("batch runs past its block")
+        return 0
+
+
+cdef int check_producer_state(int64_t producer_id, int64_t producer_epoch,
+                              int64_t base_sequence) except -1:
+    if producer_epoch < INT16_MIN or producer_epoch > INT16_MAX:
+        raise ValueError(f"producer_epoch {producer_epoch} does not fit in an int16")
+    if base_sequence < INT32_MIN or base_sequence > INT32_MAX:
+        raise ValueError(f"base_sequence {base_sequence} does not fit in an int32")
+    return 0

@@ -1,0 +1,77 @@
+"""Kafka's default key hash, bit-for-bit the Java client's.
+
+``murmur2`` is ``org.apache.kafka.common.utils.Utils.murmur2`` (MurmurHash2,
+32-bit, seed ``0x9747b28c``, little-endian 4-byte words, Java's signed ``int``
+result) and ``murmur2_partition`` is the Java ``BuiltInPartitioner`` mapping of a
+key: ``Utils.toPositive(murmur2(key)) % numPartitions``.
+"""
+
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_CheckBuffer, PyObject_GetBuffer
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_GET_SIZE
+from libc.stdint cimport int32_t, uint32_t
+
+cdef enum:
+    M = 0x5BD1E995      # the MurmurHash2 multiplier
+    R = 24              # the MurmurHash2 shift
+cdef uint32_t SEED = 0x9747B28C
+
+
+cdef int32_t murmur2_hash(const unsigned char* data, Py_ssize_t n) noexcept nogil:
+    # All arithmetic in uint32_t: wraps like Java's int and has no C UB.
+    # Java's `>>>` is a logical shift, which is `>>` on an unsigned value.
+    cdef uint32_t h = SEED ^ <uint32_t>n
+    cdef uint32_t k
+    cdef Py_ssize_t i, tail = n & ~(<Py_ssize_t>3)
+    for i in range(0, tail, 4):
+        k = (<uint32_t>data[i]
+             | (<uint32_t>data[i + 1] << 8)
+             | (<uint32_t>data[i + 2] << 16)
+             | (<uint32_t>data[i + 3] << 24))
+        k *= M
+        k ^= k >> R
+        k *= M
+        h *= M
+        h ^= k
+    # The Java switch falls through from case 3 to case 1.
+    cdef Py_ssize_t rest = n - tail
+    if rest >= 3:
+        h ^= <uint32_t>data[tail + 2] << 16
+    if rest >= 2:
+        h ^= <uint32_t>data[tail + 1] << 8
+    if rest >= 1:
+        h ^= <uint32_t>data[tail]
+        h *= M
+    h ^= h >> 13
+    h *= M
+    h ^= h >> 15
+    return <int32_t>h
+
+
+cdef int32_t hash_object(object data) except? -1:
+    cdef Py_buffer view
+    cdef int32_t h
+    if PyBytes_CheckExact(data):
+        return murmur2_hash(<const unsigned char*>PyBytes_AS_STRING(data),
+                            PyBytes_GET_SIZE(data))
+    if not PyObject_CheckBuffer(data):
+        raise TypeError(f"murmur2 needs a bytes-like object, got {type(data).__name__}")
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    h = murmur2_hash(<const unsigned char*>view.buf, view.len)
+    PyBuffer_Release(&view)
+    return h
+
+
+def murmur2(data) -> int:
+    """Java's ``Utils.murmur2(data)``: a signed 32-bit hash of a bytes-like object."""
+    return hash_object(data)
+
+
+def murmur2_partition(key, Py_ssize_t num_partitions) -> int:
+    """The partition Java's default partitioner picks for ``key``.
+
+    ``(murmur2(key) & 0x7fffffff) % num_partitions``; ValueError if
+    ``num_partitions`` is not positive.
+    """
+    if num_partitions <= 0:
+        raise ValueError(f"num_partitions must be positive, got {num_partitions}")
+    return (<Py_ssize_t>(<uint32_t>hash_object(key) & 0x7FFFFFFF)) % num_partitions

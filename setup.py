@@ -1,0 +1,114 @@
+"""Build of aioproducer's compiled core: every ``aioproducer/_native/*.pyx``.
+
+Metadata lives in pyproject.toml; this file only declares the extensions.
+
+Switches (environment variables, read at build time):
+
+``AIOPRODUCER_DEBUG=1``
+    ``-O0 -g``, Cython line tracing (``linetrace`` + ``CYTHON_TRACE``) for
+    coverage/profilers, Cython's own bounds/wraparound checks back on, and the
+    C macro ``AIOPRODUCER_DEBUG``, which turns on the core's extra assertion
+    checks (``if AIOP_DEBUG:`` blocks; compiled away otherwise).
+``AIOPRODUCER_ANNOTATE=1``
+    Also write Cython's annotated ``.html`` (next to the generated ``.c`` files,
+    in ``build/cython/<mode>/``).
+
+There is deliberately no "optional extension" fallback: a failed compile fails
+the install.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+HERE = Path(__file__).resolve().parent
+NATIVE = Path("aioproducer") / "_native"
+
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+DEBUG = _flag("AIOPRODUCER_DEBUG")
+ANNOTATE = _flag("AIOPRODUCER_ANNOTATE")
+
+# All Cython directives, in one place.
+#
+# boundscheck/wraparound are off because the core never indexes a Python
+# sequence without checking the index itself first, and all writes into block
+# memory go through the bounds-checked Writer (aioproducer/_native/wire.pxd),
+# which checks before every single write.  cdivision is on because every
+# division/modulo has a positive divisor that is validated beforehand.
+# A debug build turns Cython's own checks back on as a second net.
+DIRECTIVES: dict[str, object] = {
+    "language_level": 3,
+    "embedsignature": True,
+    "boundscheck": DEBUG,
+    "wraparound": DEBUG,
+    "cdivision": not DEBUG,
+    "initializedcheck": DEBUG,
+}
+if DEBUG:
+    DIRECTIVES["linetrace"] = True
+    DIRECTIVES["profile"] = True
+
+# GCC/Clang flags.  -Wconversion (which for C includes -Wsign-conversion) is
+# on: Cython 3.3's generated code silences it where it narrows on purpose, and
+# the core itself casts explicitly, so the build is warning-free with it and any
+# new implicit narrowing shows up.
+RELEASE_CFLAGS = ["-O2", "-Wall", "-Wconversion"]
+DEBUG_CFLAGS = ["-O0", "-g", "-Wall", "-Wconversion", "-UNDEBUG"]
+MSVC_RELEASE_CFLAGS = ["/O2", "/W3"]
+MSVC_DEBUG_CFLAGS = ["/Od", "/Zi", "/W3"]
+
+DEBUG_MACROS = [
+    ("AIOPRODUCER_DEBUG", "1"),
+    ("CYTHON_TRACE", "1"),
+    ("CYTHON_TRACE_NOGIL", "1"),
+]
+
+
+class BuildExt(build_ext):
+    """Picks the compiler flags for the compiler actually in use."""
+
+    def build_extensions(self) -> None:
+        msvc = self.compiler.compiler_type == "msvc"
+        if DEBUG:
+            cflags = MSVC_DEBUG_CFLAGS if msvc else DEBUG_CFLAGS
+        else:
+            cflags = MSVC_RELEASE_CFLAGS if msvc else RELEASE_CFLAGS
+        for ext in self.extensions:
+            ext.extra_compile_args = [*cflags, *ext.extra_compile_args]
+        super().build_extensions()
+
+
+def extensions() -> list[Extension]:
+    mods = sorted((HERE / NATIVE).glob("*.pyx"))
+    if not mods:
+        raise SystemExit(f"no .pyx files found in {HERE / NATIVE}")
+    exts = [
+        Extension(
+            f"aioproducer._native.{pyx.stem}",
+            [str(NATIVE / pyx.name)],
+            define_macros=DEBUG_MACROS if DEBUG else [],
+        )
+        for pyx in mods
+    ]
+    mode = "debug" if DEBUG else "release"
+    return cythonize(
+        exts,
+        compiler_directives=DIRECTIVES,
+        annotate=ANNOTATE,
+        # One directory per mode: switching AIOPRODUCER_DEBUG regenerates the C
+        # code instead of reusing .c files made with the other directives.
+        build_dir=str(Path("build") / "cython" / mode),
+        quiet=True,
+    )
+
+
+setup(ext_modules=extensions(), cmdclass={"build_ext": BuildExt})
