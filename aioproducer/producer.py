@@ -277,6 +277,10 @@ class Producer:
         sender = self._sender
         if sender is not None:
             sender.wakeup()
+            # Let the Sender (and the network) run once per new batch: a tight loop of
+            # sends never yields otherwise, and batches would pile up until the pool is
+            # full. Once per batch, not per record, keeps the hot path cheap.
+            await asyncio.sleep(0)
         return batch, index
 
     # -- helpers -----------------------------------------------------------------
