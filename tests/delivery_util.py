@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import confluent_kafka.admin
+from kafka_util import Consumed
 
 from aioproducer import KafkaError, RecordMetadata
-from kafka_util import Consumed
 
 
 def encode(i: int, size: int = 32) -> bytes:
