@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import functools
 import asyncio
+import functools
 import os
 import sys
 import time
