@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from bench.common import KEY_MASK, PACED, SEND_AND_WAIT, Measured, RunArgs, cpu_seconds
@@ -91,12 +91,13 @@ async def _send_and_wait(args: RunArgs, send: Send, value: bytes,
     return Measured(records=n, elapsed_s=elapsed, cpu_loop_s=cpu, latencies_s=lat)
 
 
-def run_loop(coro_fn: Callable[[], Awaitable[Measured]], loop: str) -> Measured:
+def run_loop(coro_fn: Callable[[], Coroutine[Any, Any, Measured]], loop: str) -> Measured:
     """Run on the default asyncio loop or on uvloop."""
     if loop == "uvloop":
         import uvloop
 
-        return uvloop.run(coro_fn())  # type: ignore[no-any-return]
+        result: Measured = uvloop.run(coro_fn())
+        return result
     if loop != "asyncio":
         raise ValueError(f"unknown event loop {loop!r}")
-    return asyncio.run(coro_fn())  # type: ignore[arg-type]
+    return asyncio.run(coro_fn())
