@@ -72,7 +72,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="directory of Kafka jars for the Java client; default: "
                         "aioproducer.devbroker.ensure_kafka_libs()")
     p.add_argument("--run-timeout", type=float, default=None, metavar="SECONDS",
-                   help="hard limit for one client run (default 60 s + 1 s per 5,000 records)")
+                   help="hard limit for one client run (default 60 s + 1 s per 2,000 records)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT,
                    help="where latest.md and latest.json go (default bench/results)")
     p.add_argument("--keep-topics", action="store_true",
@@ -204,7 +204,7 @@ def one_run(admin: Any, bootstrap: str, sc: Scenario, client: Client, rep: int,
     from bench.broker import verify_topic
 
     topic = topic_name(sc.name, client.name, rep)
-    timeout = args.run_timeout or (60.0 + n / 5000.0 + (args.paced_seconds
+    timeout = args.run_timeout or (60.0 + n / 2000.0 + (args.paced_seconds
                                                         if sc.mode == PACED else 0.0))
     run_args = RunArgs(
         bootstrap=bootstrap, topic=topic, records=n, value_size=sc.value_size,
