@@ -55,6 +55,7 @@ class ProducerIdManager:
         self._failures = 0
         self._in_progress = False
         self._next_seq: dict[TopicPartition, int] = {}
+        self._acked: set[TopicPartition] = set()
 
     def due_in(self, now: float) -> float:
         return float("inf") if self._in_progress else self._next_attempt - now
@@ -66,7 +67,17 @@ class ProducerIdManager:
         return seq
 
     def acknowledged(self, tp: TopicPartition, last_sequence: int) -> None:
-        """A batch up to ``last_sequence`` is in the log (kept for diagnostics)."""
+        """A batch up to ``last_sequence`` is in the log under the current epoch."""
+        self._acked.add(tp)
+
+    def has_acked(self, tp: TopicPartition) -> bool:
+        """Whether the broker holds state for us on this partition (an ack came back).
+
+        Until then only one batch may be in flight there: a broker with no state for
+        a producer accepts any first sequence (KIP-360), so a later pipelined batch
+        could be written ahead of an earlier one that failed and is being retried.
+        """
+        return tp in self._acked
 
     def batch_failed(self, tp: TopicPartition) -> None:
         """A sequenced batch failed for good: sequences must restart under a new epoch."""
@@ -77,6 +88,7 @@ class ProducerIdManager:
         self.ready = False
         self.bump_needed = False
         self._next_seq.clear()
+        self._acked.clear()
 
     async def init(self, now: float) -> None:
         """Send InitProducerId (bumping the epoch when we already have an id)."""
@@ -126,6 +138,7 @@ class ProducerIdManager:
         self.producer_id = int(resp.producer_id)
         self.epoch = int(resp.producer_epoch)
         self._next_seq.clear()
+        self._acked.clear()
         self.ready = True
         log.debug("producer id %d epoch %d", self.producer_id, self.epoch)
 

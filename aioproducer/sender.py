@@ -194,13 +194,19 @@ class Sender:
         return conn is not None and conn.in_flight < self.max_in_flight and conn.can_write
 
     def _may_send(self, batch: ProducerBatch) -> bool:
-        """Idempotence: a retried batch goes out only when nothing before it is in flight."""
+        """Idempotence: keep sequences in order on the broker.
+
+        A retried batch goes out only when nothing before it is in flight, and a
+        partition with no acknowledged batch yet (under this producer id and epoch)
+        has one batch in flight at most.
+        """
         flying = self.in_flight.get(batch.tp)
         if not flying:
             return True
         if batch.base_sequence >= 0:
             return False
-        return len(flying) < 5
+        assert self.pid is not None
+        return len(flying) < 5 and self.pid.has_acked(batch.tp)
 
     # -- produce -----------------------------------------------------------------
 
@@ -229,6 +235,9 @@ class Sender:
         )
         for b in batches:
             self.in_flight.setdefault(b.tp, deque()).append(b)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("produce v%d to node %d: %s", version, node,
+                      ", ".join(f"{b.partition}@{b.base_sequence}" for b in batches))
         try:
             fut = conn.send_raw(_PRODUCE, version, body, flexible=True,
                                 expect_response=self.acks != 0)
@@ -352,8 +361,8 @@ class Sender:
         return bool(flying) and any(0 <= x.base_sequence < b.base_sequence for x in flying or ())
 
     def _fail(self, b: ProducerBatch, exc: BaseException) -> None:
-        log.warning("failed to deliver %d record(s) to %s-%d: %s",
-                    b.record_count, b.topic, b.partition, exc)
+        log.warning("failed to deliver %d record(s) to %s-%d (sequence %d, attempt %d): %s",
+                    b.record_count, b.topic, b.partition, b.base_sequence, b.attempts + 1, exc)
         if self.pid is not None and b.base_sequence >= 0:
             self.pid.batch_failed(b.tp)
         self.acc.complete(b, -1, -1, exc)

@@ -517,9 +517,15 @@ async def test_produce_every_version(bootstrap: str) -> None:
             batch = record_batch(values, keys)
             body = encode_produce_body(v, transactional_id=None, acks=-1, timeout_ms=10000,
                                        topics=[(topic, info.topic_id, [(0, memoryview(batch))])])
-            fut = conn.send_raw(0, v, body, flexible=True, expect_response=True)
-            assert fut is not None
-            resp = decode_produce_response(v, await fut)
+            for _attempt in range(50):
+                # A topic just created may answer NOT_LEADER_OR_FOLLOWER for a moment.
+                fut = conn.send_raw(0, v, body, flexible=True, expect_response=True)
+                assert fut is not None
+                resp = decode_produce_response(v, await fut)
+                code = resp.responses[0].partition_responses[0].error_code
+                if code != ErrorCode.not_leader_or_follower:
+                    break
+                await asyncio.sleep(0.1)
             (t,) = resp.responses
             if v >= 13:
                 assert t.topic_id == info.topic_id
