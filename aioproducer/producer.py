@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -32,6 +33,8 @@ Header = tuple[str, "bytes | bytearray | memoryview | None"]
 
 _NEW, _RUNNING, _CLOSING, _CLOSED = range(4)
 _BYTES_TYPES = (bytes, bytearray, memoryview)
+# Clean-up tasks of producers collected without close(): kept alive until done.
+_abandoned: set[asyncio.Task[None]] = set()
 
 
 class Producer:
@@ -184,7 +187,7 @@ class Producer:
         bounded by ``max_block_ms``. ``await`` the returned :class:`RecordFuture` for
         the :class:`RecordMetadata`.
         """
-        if self._state != _RUNNING:
+        if self._state != _RUNNING or asyncio.get_running_loop() is not self._loop:
             self._raise_not_running()
         if self._key_serializer is not None:
             key = self._key_serializer(key)
@@ -286,6 +289,7 @@ class Producer:
     # -- helpers -----------------------------------------------------------------
 
     def _raise_not_running(self) -> None:
+        self._check_loop()
         if self._state == _NEW:
             raise IllegalStateError(
                 "the producer is not started: call 'await producer.start()' or use "
@@ -297,6 +301,36 @@ class Producer:
             raise IllegalStateError(
                 "this producer was started on another event loop; use it only from the "
                 "loop that started it")
+
+    def __repr__(self) -> str:
+        state = ("new", "running", "closing", "closed")[self._state]
+        return f"<Producer {self.config.client_id!r} {state}>"
+
+    def __del__(self, _warn: Any = warnings.warn) -> None:
+        if getattr(self, "_state", _CLOSED) not in (_RUNNING, _CLOSING):
+            return
+        _warn(f"unclosed {self!r}: call 'await producer.close()' or use 'async with'",
+              ResourceWarning, source=self)
+        loop, sender, client = self._loop, self._sender, self._client
+        acc = self._accumulator
+        if loop is None or loop.is_closed():
+            return
+
+        async def abandon() -> None:
+            acc.closing = True
+            acc.abort_all(ProducerClosedError(
+                "the producer was garbage-collected without close()"))
+            if sender is not None:
+                await sender.stop()
+            if client is not None:
+                await client.close()
+
+        def schedule() -> None:
+            task = loop.create_task(abandon())
+            _abandoned.add(task)
+            task.add_done_callback(_abandoned.discard)
+
+        loop.call_soon_threadsafe(schedule)
 
     @property
     def metadata_cluster(self) -> Cluster:
