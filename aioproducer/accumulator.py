@@ -279,6 +279,7 @@ class RecordAccumulator:
                     break
                 dq.popleft()
                 batch.drained = now
+                batch.full = True  # closed for appends from now on, even if re-enqueued
                 size += batch_bytes
                 ready.append(batch)
             self._drain_index += 1

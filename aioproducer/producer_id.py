@@ -56,6 +56,7 @@ class ProducerIdManager:
         self._in_progress = False
         self._next_seq: dict[TopicPartition, int] = {}
         self._acked: set[TopicPartition] = set()
+        self._last_acked: dict[TopicPartition, int] = {}
 
     def due_in(self, now: float) -> float:
         return float("inf") if self._in_progress else self._next_attempt - now
@@ -69,6 +70,11 @@ class ProducerIdManager:
     def acknowledged(self, tp: TopicPartition, last_sequence: int) -> None:
         """A batch up to ``last_sequence`` is in the log under the current epoch."""
         self._acked.add(tp)
+        self._last_acked[tp] = last_sequence
+
+    def is_next_sequence(self, tp: TopicPartition, sequence: int) -> bool:
+        """Whether the broker should be expecting ``sequence`` next on ``tp``."""
+        return self._last_acked.get(tp, -1) + 1 == sequence
 
     def has_acked(self, tp: TopicPartition) -> bool:
         """Whether the broker holds state for us on this partition (an ack came back).
@@ -89,6 +95,7 @@ class ProducerIdManager:
         self.bump_needed = False
         self._next_seq.clear()
         self._acked.clear()
+        self._last_acked.clear()
 
     async def init(self, now: float) -> None:
         """Send InitProducerId (bumping the epoch when we already have an id)."""
@@ -139,6 +146,7 @@ class ProducerIdManager:
         self.epoch = int(resp.producer_epoch)
         self._next_seq.clear()
         self._acked.clear()
+        self._last_acked.clear()
         self.ready = True
         log.debug("producer id %d epoch %d", self.producer_id, self.epoch)
 

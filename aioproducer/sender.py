@@ -25,9 +25,11 @@ from .accumulator import ProducerBatch, RecordAccumulator, TopicPartition
 from .config import ProducerConfig
 from .errors import (
     DeliveryTimeoutError,
+    InvalidProducerEpochError,
     KafkaError,
     OutOfOrderSequenceError,
     ProtocolError,
+    UnknownProducerIdError,
     for_code,
 )
 from .metadata import Cluster, Metadata
@@ -338,9 +340,19 @@ class Sender:
 
     def _retry_or_fail(self, b: ProducerBatch, exc: BaseException, now: float) -> None:
         retriable = bool(getattr(exc, "retriable", False))
-        if isinstance(exc, OutOfOrderSequenceError) and self._earlier_pending(b):
-            # An earlier batch of this partition failed and will be resent first.
-            retriable = True
+        pid = self.pid
+        if pid is not None and b.base_sequence >= 0:
+            if isinstance(exc, OutOfOrderSequenceError) and (
+                    self._earlier_pending(b) or pid.bump_needed
+                    or not pid.is_next_sequence(b.tp, b.base_sequence)):
+                # An earlier batch is being resent, or failed for good and left a gap
+                # that the coming epoch bump closes: this batch is resent in order.
+                retriable = True
+            elif isinstance(exc, (UnknownProducerIdError, InvalidProducerEpochError)):
+                # The broker lost (or moved past) our producer state: bump the epoch
+                # (KIP-360) and resend under it; the batch was not written.
+                pid.batch_failed(b.tp)
+                retriable = True
         if self._stopped:
             retriable = False
         if retriable and b.attempts < self.retries:
