@@ -27,7 +27,7 @@ from .errors import (
     UnsupportedVersionError,
 )
 from .producer import Producer
-from .record import RecordFuture, RecordMetadata
+from .record import RecordFuture, RecordMetadata, SendManyResult
 
 __version__ = "0.1.0"
 
@@ -49,6 +49,7 @@ __all__ = [
     "RecordMetadata",
     "RecordTooLargeError",
     "RequestTimedOutError",
+    "SendManyResult",
     "SerializationError",
     "TopicAuthorizationError",
     "UnknownTopicError",

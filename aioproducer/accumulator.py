@@ -15,56 +15,13 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ._native import BATCH_HEADER_SIZE, BatchBuilder, Block, BufferPool
+from ._native import BATCH_HEADER_SIZE, Block, BufferPool, ProducerBatch
 from .errors import BufferExhaustedError, KafkaError, ProducerClosedError
 from .metadata import Cluster
 
 __all__ = ["DrainResult", "ProducerBatch", "ReadyResult", "RecordAccumulator"]
 
 TopicPartition = tuple[str, int]
-
-
-class ProducerBatch:
-    """One batch for one partition: a builder over a pool block, and its outcome."""
-
-    __slots__ = (
-        "attempts", "base_offset", "base_sequence", "block", "builder", "created",
-        "drained", "error", "full", "last_error", "log_append_time", "next_attempt", "partition",
-        "producer_epoch", "producer_id", "result", "topic", "tp",
-    )
-
-    def __init__(self, tp: TopicPartition, block: Block, result: asyncio.Future[None],
-                 now: float) -> None:
-        self.tp = tp
-        self.topic, self.partition = tp
-        self.block: Block | None = block
-        self.builder = BatchBuilder(block)
-        self.result = result
-        self.created = now
-        self.drained = 0.0
-        self.attempts = 0
-        self.next_attempt = 0.0
-        self.full = False
-        self.base_offset = -1
-        self.log_append_time = -1
-        self.error: BaseException | None = None
-        self.last_error: BaseException | None = None
-        """The most recent retriable error, for the message if the batch expires."""
-        self.producer_id = -1
-        self.producer_epoch = -1
-        self.base_sequence = -1
-
-    @property
-    def record_count(self) -> int:
-        return int(self.builder.record_count)
-
-    @property
-    def closed(self) -> bool:
-        return bool(self.builder.closed)
-
-    def __repr__(self) -> str:
-        return (f"<ProducerBatch {self.topic}-{self.partition} records={self.record_count} "
-                f"attempts={self.attempts} seq={self.base_sequence}>")
 
 
 @dataclass(slots=True)
@@ -211,6 +168,11 @@ class RecordAccumulator:
             self._wake_first_waiter()
 
     # -- Sender side -------------------------------------------------------------
+
+    def oldest_queued(self) -> float | None:
+        """Creation time of the oldest batch still queued (heads of the deques)."""
+        heads = [dq[0].created for dq in self.batches.values() if dq]
+        return min(heads) if heads else None
 
     def has_undrained(self) -> bool:
         return any(self.batches.values())

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import xxhash
 
-from ._native import murmur2_partition
+from ._native import Appender, TopicRoute, murmur2_partition
 from .config import Partitioner
 from .errors import ConfigError, PartitionError
 from .metadata import TopicInfo
@@ -29,9 +29,10 @@ def xxhash_partition(key: bytes, num_partitions: int) -> int:
 class RecordPartitioner:
     """Picks the partition of each record (``partitioner`` / ``partitioner.ignore.keys``)."""
 
-    __slots__ = ("_custom", "_hash", "_ignore_keys", "_rng", "_sticky")
+    __slots__ = ("_custom", "_hash", "_ignore_keys", "_rng", "appender", "fast")
 
-    def __init__(self, partitioner: str | Partitioner, *, ignore_keys: bool = False) -> None:
+    def __init__(self, partitioner: str | Partitioner, *, ignore_keys: bool = False,
+                 max_payload: int = -1) -> None:
         self._custom: Partitioner | None = None
         self._hash: Callable[[bytes, int], int]
         if callable(partitioner):
@@ -44,8 +45,13 @@ class RecordPartitioner:
         else:  # config validation already refuses this
             raise ConfigError(f"unknown partitioner {partitioner!r}")
         self._ignore_keys = ignore_keys
-        self._sticky: dict[str, int] = {}
         self._rng = random.Random()
+        # The routes (sticky partition, open batch per partition) live in the native
+        # appender, which takes ordinary records without coming back to Python.
+        self.appender = Appender(hash_keys=partitioner == "murmur2", ignore_keys=ignore_keys,
+                                 max_payload=max_payload)
+        self.fast = self._custom is None
+        """Whether the native appender may choose partitions (not with a custom callable)."""
 
     def partition(self, topic: str, key: bytes | None, explicit: int | None,
                   info: TopicInfo) -> int:
@@ -73,12 +79,19 @@ class RecordPartitioner:
             return self._hash(key, n)
         return self.sticky(topic, info)
 
+    def route(self, topic: str, info: TopicInfo) -> TopicRoute:
+        """The topic's route, created or resized to the metadata's partition count."""
+        n = len(info.partitions)
+        r = self.appender.route(topic)
+        if r is None or r.num_partitions != n:
+            r = self.appender.set_route(topic, n)
+        return r
+
     def sticky(self, topic: str, info: TopicInfo) -> int:
-        p = self._sticky.get(topic)
-        if p is None or p >= len(info.partitions):
-            p = self._choose(info, None)
-            self._sticky[topic] = p
-        return p
+        r = self.route(topic, info)
+        if r.sticky < 0:
+            r.sticky = self._choose(info, None)
+        return r.sticky
 
     def is_sticky_choice(self, topic: str, key: bytes | None, explicit: int | None) -> bool:
         """Whether this record's partition came from the sticky choice."""
@@ -86,11 +99,10 @@ class RecordPartitioner:
 
     def on_new_batch(self, topic: str, info: TopicInfo, previous: int) -> int:
         """A keyless record needs a new batch on ``previous``: move the sticky partition."""
-        current = self._sticky.get(topic)
-        if current is None or current == previous:
-            current = self._choose(info, previous)
-            self._sticky[topic] = current
-        return current
+        r = self.route(topic, info)
+        if r.sticky < 0 or r.sticky == previous:
+            r.sticky = self._choose(info, previous)
+        return r.sticky
 
     def _choose(self, info: TopicInfo, avoid: int | None) -> int:
         candidates = info.available or tuple(p.partition for p in info.partitions)

@@ -9,7 +9,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ._native import BATCH_HEADER_SIZE, record_size_upper_bound
+from ._native import BATCH_HEADER_SIZE, ProducerBatch
 from .accumulator import RecordAccumulator
 from .config import ProducerConfig
 from .errors import (
@@ -22,17 +22,15 @@ from .errors import (
 from .metadata import Cluster, Metadata, TopicInfo
 from .net.client import KafkaClient
 from .partitioner import RecordPartitioner
-from .record import RecordFuture, RecordMetadata
+from .record import RecordFuture, RecordMetadata, SendManyResult
 from .sender import Sender
+from .serializers import Header, check_record_size, prepare_record
 
 __all__ = ["Header", "Producer"]
 
 log = logging.getLogger("aioproducer.producer")
 
-Header = tuple[str, "bytes | bytearray | memoryview | None"]
-
 _NEW, _RUNNING, _CLOSING, _CLOSED = range(4)
-_BYTES_TYPES = (bytes, bytearray, memoryview)
 # Clean-up tasks of producers collected without close(): kept alive until done.
 _abandoned: set[asyncio.Task[None]] = set()
 
@@ -63,13 +61,19 @@ class Producer:
             retry_backoff_ms=c.retry_backoff_ms, retry_backoff_max_ms=c.retry_backoff_max_ms,
             delivery_timeout_ms=c.delivery_timeout_ms,
         )
-        self._partitioner = RecordPartitioner(c.partitioner, ignore_keys=c.partitioner_ignore_keys)
+        # Records whose key + value approach a size limit take the exact Python check.
+        max_payload = min(c.max_request_size, c.buffer_memory) - BATCH_HEADER_SIZE - 64
+        self._partitioner = RecordPartitioner(c.partitioner, ignore_keys=c.partitioner_ignore_keys,
+                                              max_payload=max_payload)
         self._client: KafkaClient | None = None
         self._sender: Sender | None = None
         self._max_block_s = c.max_block_ms / 1000.0
         self._max_request_size = c.max_request_size
         self._key_serializer = c.key_serializer
         self._value_serializer = c.value_serializer
+        self._appender = self._partitioner.appender
+        self._fast = self._partitioner.fast and c.key_serializer is None \
+            and c.value_serializer is None
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -189,25 +193,22 @@ class Producer:
         """
         if self._state != _RUNNING or asyncio.get_running_loop() is not self._loop:
             self._raise_not_running()
-        if self._key_serializer is not None:
-            key = self._key_serializer(key)
-        if self._value_serializer is not None:
-            value = self._value_serializer(value)
-        if key is not None and type(key) is not bytes:
-            key = _check_bytes("key", key)
-        if value is not None and type(value) is not bytes:
-            value = _check_bytes("value", value)
-        if headers is not None:
-            headers = _check_headers(headers)
-        if not isinstance(topic, str) or not topic:
-            raise SerializationError(f"topic must be a non-empty str, got {topic!r}")
-        if timestamp_ms is None:
-            timestamp_ms = int(time.time() * 1000)
-        elif isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, int) \
-                or timestamp_ms < 0:
-            raise SerializationError(
-                f"timestamp_ms must be a non-negative int (ms since the epoch), "
-                f"got {timestamp_ms!r}")
+        if self._fast and headers is None:
+            fut = self._appender.append(topic, value, key, partition, timestamp_ms)
+            if fut is not None:
+                return fut
+        return await self._send_slow(topic, value, key, partition, timestamp_ms, headers)
+
+    async def _send_slow(self, topic: str, value: Any, key: Any, partition: int | None,
+                         timestamp_ms: int | None,
+                         headers: Sequence[Header] | None) -> RecordFuture:
+        """Everything the native fast path leaves to Python: serializers, type checks
+        with typed errors, metadata waits, new batches, memory waits, headers."""
+        key, value, checked, timestamp_ms = prepare_record(
+            topic, key, value, headers, timestamp_ms, self._key_serializer,
+            self._value_serializer)
+        record_size = check_record_size(key, value, checked, self._max_request_size,
+                                        self.config.buffer_memory)
 
         info = self._metadata.cluster.topics.get(topic)
         started = 0.0
@@ -219,20 +220,60 @@ class Producer:
         part = self._partitioner.partition(topic, key, partition, info)
         acc = self._accumulator
         tp = (topic, part)
-        appended = acc.try_append(tp, timestamp_ms, key, value, headers)
-        if appended is None and acc.batches.get(tp) and \
-                self._partitioner.is_sticky_choice(topic, key, partition):
+        appended = acc.try_append(tp, timestamp_ms, key, value, checked)
+        if appended is None and self._partitioner.route(topic, info).tails[part] is not None \
+                and self._partitioner.is_sticky_choice(topic, key, partition):
             # KIP-480: the sticky partition's batch is full; move to another partition.
             part = self._partitioner.on_new_batch(topic, info, part)
             tp = (topic, part)
-            appended = acc.try_append(tp, timestamp_ms, key, value, headers)
+            appended = acc.try_append(tp, timestamp_ms, key, value, checked)
         if appended is None:
             appended = await self._append_new_batch(tp, info, timestamp_ms, key, value,
-                                                     headers, started)
+                                                     checked, record_size, started)
         batch, index = appended
         return RecordFuture(batch, index, timestamp_ms,
                             -1 if key is None else len(key),
                             -1 if value is None else len(value))
+
+    async def send_many(self, topic: str, values: Sequence[Any],
+                        keys: Sequence[Any] | None = None, *, partition: int | None = None,
+                        timestamp_ms: int | None = None) -> SendManyResult:
+        """Append many records to one topic in a native loop; returns once all are buffered.
+
+        ``values`` (and ``keys``, of the same length) are sequences of bytes-like or None.
+        Partitioning, memory bounds and errors are those of :meth:`send`; the records of
+        one partition keep their order. ``await`` the result for the acknowledgement of
+        all of them. If record ``i`` is refused (a typed error), records ``0..i-1`` stay
+        buffered and will be sent; the error says how many.
+        """
+        if self._state != _RUNNING or asyncio.get_running_loop() is not self._loop:
+            self._raise_not_running()
+        vals = values if type(values) is list else list(values)
+        ks = None if keys is None else (keys if type(keys) is list else list(keys))
+        if ks is not None and len(ks) != len(vals):
+            raise SerializationError(
+                f"send_many: {len(ks)} keys for {len(vals)} values; give one key per value")
+        n = len(vals)
+        touched: list[ProducerBatch] = []
+        append_many = self._appender.append_many if self._fast else None
+        i = 0
+        while i < n:
+            if append_many is not None:
+                i = append_many(topic, vals, ks, i, partition, timestamp_ms, touched)
+                if i >= n:
+                    break
+            try:
+                fut = await self._send_slow(topic, vals[i], None if ks is None else ks[i],
+                                            partition, timestamp_ms, None)
+            except Exception as exc:
+                if i and hasattr(exc, "add_note"):
+                    exc.add_note(f"send_many: records 0..{i - 1} were buffered and will be sent")
+                raise
+            touched.append(fut.batch)
+            i += 1
+            if self._state != _RUNNING:
+                self._raise_not_running()
+        return SendManyResult(touched, n)
 
     async def send_and_wait(self, topic: str, value: Any = None, key: Any = None, *,
                             partition: int | None = None, timestamp_ms: int | None = None,
@@ -250,16 +291,8 @@ class Producer:
         return [p.partition for p in info.partitions]
 
     async def _append_new_batch(self, tp: tuple[str, int], info: TopicInfo, timestamp_ms: int,
-                                key: Any, value: Any, headers: Any,
+                                key: Any, value: Any, headers: Any, record_size: int,
                                 started: float) -> Any:
-        record_size = record_size_upper_bound(
-            -1 if key is None else len(key), -1 if value is None else len(value), headers)
-        size = record_size + BATCH_HEADER_SIZE
-        if size > self._max_request_size:
-            raise RecordTooLargeError(
-                f"the record is {size} bytes when serialized, larger than "
-                f"max_request_size={self._max_request_size}; raise max_request_size "
-                "(and the topic's max.message.bytes) or send a smaller record")
         acc = self._accumulator
         remaining = self._max_block_s - (time.monotonic() - started if started else 0.0)
         block = await acc.allocate(acc.block_size_for(record_size), max(remaining, 0.0))
@@ -274,6 +307,7 @@ class Producer:
         loop = self._loop
         assert loop is not None
         batch = acc.new_batch(tp, block, loop)
+        self._partitioner.route(tp[0], info).tails[tp[1]] = batch
         index = batch.builder.append(timestamp_ms, key, value, headers)
         if index < 0:  # cannot happen: the block was sized for this record
             raise RecordTooLargeError("record does not fit in a block sized for it")
@@ -337,30 +371,3 @@ class Producer:
         """The current cluster metadata snapshot."""
         return self._metadata.cluster
 
-
-def _check_bytes(what: str, obj: Any) -> Any:
-    if isinstance(obj, _BYTES_TYPES):
-        if isinstance(obj, memoryview) and not obj.c_contiguous:
-            raise SerializationError(f"{what} memoryview must be C-contiguous")
-        return obj.cast("B") if isinstance(obj, memoryview) and obj.format != "B" else obj
-    raise SerializationError(
-        f"{what} must be bytes, bytearray, memoryview or None, got {type(obj).__name__}; "
-        f"encode it first or configure {what}_serializer")
-
-
-def _check_headers(headers: Any) -> list[tuple[str, Any]]:
-    if isinstance(headers, (str, bytes)) or not isinstance(headers, (list, tuple)):
-        raise SerializationError(
-            f"headers must be a list of (str, bytes | None) pairs, got {type(headers).__name__}")
-    out: list[tuple[str, Any]] = []
-    for item in headers:
-        if not isinstance(item, tuple) or len(item) != 2:
-            raise SerializationError(
-                f"each header must be a (str, bytes | None) pair, got {item!r}")
-        hkey, hval = item
-        if not isinstance(hkey, str):
-            raise SerializationError(f"header key must be str, got {type(hkey).__name__}")
-        if hval is not None and type(hval) is not bytes:
-            hval = _check_bytes(f"header {hkey!r} value", hval)
-        out.append((hkey, hval))
-    return out

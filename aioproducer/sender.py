@@ -178,9 +178,10 @@ class Sender:
             for node, batches in drained.items():
                 self._send_produce(node, batches, cluster, now)
         delay = min(delay, res.next_check)
-        if self.acc.incomplete:
-            # Expiry must be noticed even when nothing else happens.
-            oldest = min(b.created for b in self.acc.incomplete)
+        oldest = self.acc.oldest_queued()
+        if oldest is not None:
+            # Expiry must be noticed even when nothing else happens. Queued batches
+            # expire head first; in-flight ones are bounded by request_timeout_ms.
             delay = min(delay, max(0.0, oldest + self.delivery_timeout - now))
         return delay
 

@@ -94,7 +94,28 @@ def create_topic(bootstrap: str, name: str | None = None, partitions: int = 1,
         operation_timeout=timeout, request_timeout=timeout)
     futures[name].result(timeout=timeout + 5)
     wait_topic_ready(bootstrap, name, partitions, timeout)
+    _wait_leaders_serving(bootstrap, name, timeout)
     return name
+
+
+def _wait_leaders_serving(bootstrap: str, name: str, timeout: float) -> None:
+    """Metadata can name a leader a moment before it serves the partition: wait until
+    every partition answers a watermark query (NOT_LEADER_OR_FOLLOWER until then)."""
+    deadline = time.monotonic() + timeout
+    consumer = _consumer(bootstrap)
+    try:
+        for p in _partitions(consumer, name, timeout):
+            while True:
+                try:
+                    consumer.get_watermark_offsets(TopicPartition(name, p), timeout=5,
+                                                   cached=False)
+                    break
+                except KafkaException:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.05)
+    finally:
+        consumer.close()
 
 
 def delete_topic(bootstrap: str, name: str, timeout: float = 30.0) -> None:

@@ -11,25 +11,22 @@ Java client's ``MockProducer``.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import deque
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .._native import BATCH_HEADER_SIZE, record_size_upper_bound
+from .._native import BATCH_HEADER_SIZE
 from ..config import ProducerConfig
 from ..errors import (
     IllegalStateError,
     ProducerClosedError,
-    RecordTooLargeError,
-    SerializationError,
     UnknownTopicError,
 )
 from ..metadata import PartitionInfo, TopicInfo
 from ..partitioner import RecordPartitioner
-from ..producer import Header, _check_bytes, _check_headers
 from ..record import RecordMetadata
+from ..serializers import Header, check_record_size, prepare_record
 
 __all__ = ["MockProducer", "MockRecordFuture", "SentRecord"]
 
@@ -270,36 +267,17 @@ class MockProducer:
             self._raise_not_running()
         if self.send_error is not None:
             raise self.send_error
-        # The same checks as Producer.send(), in the same order.
-        if self._key_serializer is not None:
-            key = self._key_serializer(key)
-        if self._value_serializer is not None:
-            value = self._value_serializer(value)
-        if key is not None and type(key) is not bytes:
-            key = _check_bytes("key", key)
-        if value is not None and type(value) is not bytes:
-            value = _check_bytes("value", value)
-        checked_headers = _check_headers(headers) if headers is not None else None
-        if not isinstance(topic, str) or not topic:
-            raise SerializationError(f"topic must be a non-empty str, got {topic!r}")
-        if timestamp_ms is None:
-            timestamp_ms = int(time.time() * 1000)
-        elif isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, int) \
-                or timestamp_ms < 0:
-            raise SerializationError(
-                f"timestamp_ms must be a non-negative int (ms since the epoch), "
-                f"got {timestamp_ms!r}")
+        # The same checks as Producer.send(), from the same code.
+        key, value, checked_headers, timestamp_ms = prepare_record(
+            topic, key, value, headers, timestamp_ms, self._key_serializer,
+            self._value_serializer)
+        record_size = check_record_size(key, value, checked_headers, self._max_request_size,
+                                        self.config.buffer_memory)
 
         info = self._topic_info(topic)
         part = self._partitioner.partition(topic, key, partition, info)
         key_size = -1 if key is None else len(key)
         value_size = -1 if value is None else len(value)
-        record_size = record_size_upper_bound(key_size, value_size, checked_headers)
-        if record_size + BATCH_HEADER_SIZE > self._max_request_size:
-            raise RecordTooLargeError(
-                f"the record is {record_size + BATCH_HEADER_SIZE} bytes when serialized, "
-                f"larger than max_request_size={self._max_request_size}; raise "
-                "max_request_size (and the topic's max.message.bytes) or send a smaller record")
         part = self._place(topic, info, part, key, partition, record_size)
 
         record = SentRecord(

@@ -1,0 +1,53 @@
+# The per-record hot path: batches, record futures, and the appender that routes a
+# record to its partition's open batch in one call. No asyncio here: the batch's
+# result future is an opaque object created and completed by the Python side.
+
+from libc.stdint cimport int32_t, int64_t
+
+from .batch cimport BatchBuilder
+
+
+cdef class ProducerBatch:
+    cdef public str topic              # the batch's topic
+    cdef public int partition          # and partition
+    cdef public tuple tp               # (topic, partition), the accumulator's key
+    cdef public object block           # the pool Block, None once given back
+    cdef public BatchBuilder builder   # writes the records into the block
+    cdef public object result          # the batch's future (done = acknowledged or failed)
+    cdef public double created         # monotonic time the batch was opened
+    cdef public double drained         # monotonic time of the last drain
+    cdef public double next_attempt    # monotonic time before which a retry waits
+    cdef public int attempts           # sends so far that failed retriably
+    cdef public bint full              # takes no more records (full, drained or closed)
+    cdef public int64_t base_offset    # from the broker; -1 when unknown
+    cdef public int64_t log_append_time  # broker LogAppendTime, -1 for CreateTime
+    cdef public object error           # the final error, None on success
+    cdef public object last_error      # last retriable error, for expiry messages
+    cdef public int64_t producer_id    # idempotence: producer id the batch was sent with
+    cdef public int producer_epoch     # and epoch
+    cdef public int32_t base_sequence  # and first sequence; -1 until assigned
+
+
+cdef class RecordFuture:
+    cdef readonly ProducerBatch batch  # the batch holding the record
+    cdef int32_t index                 # the record's offset delta in the batch
+    cdef int64_t timestamp             # CreateTime of the record
+    cdef int32_t key_size              # serialized key bytes, -1 for null
+    cdef int32_t value_size            # serialized value bytes, -1 for null
+
+
+cdef class TopicRoute:
+    cdef public int num_partitions     # partitions in the latest metadata
+    cdef public int sticky             # keyless records go here; -1 = not chosen
+    cdef public list tails             # per partition: the newest batch, or None
+
+
+cdef class Appender:
+    cdef dict routes                   # topic -> TopicRoute
+    cdef bint hash_keys                # murmur2 keyed records here (else: Python path)
+    cdef bint ignore_keys              # keyed records are spread like keyless ones
+    cdef Py_ssize_t max_payload        # key + value bytes above this take the Python path
+
+    # Route and append one record; None means "take the Python path".
+    cdef object fast_append(self, object topic, object value, object key, object partition,
+                            object timestamp_ms)

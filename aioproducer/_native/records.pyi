@@ -1,0 +1,76 @@
+"""Per-record hot path: batches, record futures, the appender (compiled: records.pyx)."""
+
+from collections.abc import Callable, Generator
+from typing import Any, final
+
+from ..record import RecordMetadata
+from .batch import BatchBuilder
+from .pool import Block
+
+def set_metadata_type(cls: type) -> None: ...
+
+@final
+class ProducerBatch:
+    """One batch for one partition: a builder over a pool block, and its outcome."""
+
+    topic: str
+    partition: int
+    tp: tuple[str, int]
+    block: Block | None
+    builder: BatchBuilder
+    result: Any
+    created: float
+    drained: float
+    next_attempt: float
+    attempts: int
+    full: bool
+    base_offset: int
+    log_append_time: int
+    error: BaseException | None
+    last_error: BaseException | None
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    def __init__(self, tp: tuple[str, int], block: Block, result: Any, now: float) -> None: ...
+    @property
+    def record_count(self) -> int: ...
+    @property
+    def closed(self) -> bool: ...
+
+@final
+class RecordFuture:
+    """The result of one ``send()``: await it for RecordMetadata, or add a callback."""
+
+    def __init__(self, batch: ProducerBatch, index: int, timestamp: int, key_size: int,
+                 value_size: int) -> None: ...
+    @property
+    def batch(self) -> ProducerBatch: ...
+    def __await__(self) -> Generator[Any, None, RecordMetadata]: ...
+    def done(self) -> bool: ...
+    def result(self) -> RecordMetadata: ...
+    def exception(self) -> BaseException | None: ...
+    def add_done_callback(self, callback: Callable[[RecordFuture], object]) -> None: ...
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+
+@final
+class TopicRoute:
+    num_partitions: int
+    sticky: int
+    tails: list[ProducerBatch | None]
+    def __init__(self, num_partitions: int) -> None: ...
+    def resize(self, num_partitions: int) -> None: ...
+
+@final
+class Appender:
+    def __init__(self, hash_keys: bool, ignore_keys: bool = False,
+                 max_payload: int = -1) -> None: ...
+    def route(self, topic: str) -> TopicRoute | None: ...
+    def set_route(self, topic: str, num_partitions: int) -> TopicRoute: ...
+    def append(self, topic: object, value: object, key: object = None, partition: object = None,
+               timestamp_ms: object = None) -> RecordFuture | None: ...
+    def append_many(self, topic: str, values: list[Any], keys: list[Any] | None, start: int,
+                    partition: int | None, timestamp_ms: int | None,
+                    touched: list[ProducerBatch]) -> int: ...
