@@ -9,31 +9,13 @@ holding (batch, index); the only asyncio future is the batch's. Awaiting it give
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from ._native import ProducerBatch, RecordFuture, set_metadata_type
+from ._native import ProducerBatch, RecordFuture, RecordMetadata
 
 __all__ = ["RecordFuture", "RecordMetadata", "SendManyResult"]
 
 
-@dataclass(frozen=True, slots=True)
-class RecordMetadata:
-    """Where a record was written (Java's ``RecordMetadata``)."""
-
-    topic: str
-    partition: int
-    offset: int
-    """The record's offset, or -1 when it is not known (acks=0)."""
-    timestamp: int
-    """CreateTime given or assigned at send, or the broker's LogAppendTime."""
-    serialized_key_size: int
-    """Bytes of the key, -1 for a null key."""
-    serialized_value_size: int
-    """Bytes of the value, -1 for a null value."""
-
-
-set_metadata_type(RecordMetadata)
 
 
 class SendManyResult:

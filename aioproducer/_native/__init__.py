@@ -11,7 +11,7 @@ try:
     from .batch import BATCH_HEADER_SIZE, BatchBuilder, record_size_upper_bound
     from .murmur2 import murmur2, murmur2_partition
     from .pool import DEBUG_BUILD, Block, BufferPool
-    from .records import Appender, ProducerBatch, RecordFuture, TopicRoute, set_metadata_type
+    from .records import Appender, ProducerBatch, RecordFuture, RecordMetadata, TopicRoute
 except ImportError as exc:  # pragma: no cover - depends on the build
     raise ImportError(
         "aioproducer's compiled core (aioproducer._native) is not built: "
@@ -28,9 +28,9 @@ __all__ = [
     "BufferPool",
     "ProducerBatch",
     "RecordFuture",
+    "RecordMetadata",
     "TopicRoute",
     "murmur2",
     "murmur2_partition",
     "record_size_upper_bound",
-    "set_metadata_type",
 ]

@@ -28,6 +28,15 @@ cdef class ProducerBatch:
     cdef public int32_t base_sequence  # and first sequence; -1 until assigned
 
 
+cdef class RecordMetadata:
+    cdef readonly str topic                   # where the record was written
+    cdef readonly int partition
+    cdef readonly int64_t offset              # -1 when unknown (acks=0)
+    cdef readonly int64_t timestamp           # CreateTime, or the broker's LogAppendTime
+    cdef readonly int32_t serialized_key_size    # -1 for a null key
+    cdef readonly int32_t serialized_value_size  # -1 for a null value
+
+
 cdef class RecordFuture:
     cdef readonly ProducerBatch batch  # the batch holding the record
     cdef int32_t index                 # the record's offset delta in the batch

@@ -3,11 +3,32 @@
 from collections.abc import Callable, Generator
 from typing import Any, final
 
-from ..record import RecordMetadata
 from .batch import BatchBuilder
 from .pool import Block
 
-def set_metadata_type(cls: type) -> None: ...
+@final
+class RecordMetadata:
+    """Where a record was written (Java's ``RecordMetadata``). Immutable."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int:
+        """The record's offset, or -1 when it is not known (acks=0)."""
+    @property
+    def timestamp(self) -> int:
+        """CreateTime given or assigned at send, or the broker's LogAppendTime."""
+    @property
+    def serialized_key_size(self) -> int:
+        """Bytes of the key, -1 for a null key."""
+    @property
+    def serialized_value_size(self) -> int:
+        """Bytes of the value, -1 for a null value."""
+    def __init__(self, topic: str, partition: int, offset: int, timestamp: int,
+                 serialized_key_size: int, serialized_value_size: int) -> None: ...
+    def __hash__(self) -> int: ...
 
 @final
 class ProducerBatch:

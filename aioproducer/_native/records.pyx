@@ -20,14 +20,38 @@ from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 from .batch cimport BatchBuilder
 from .murmur2 cimport murmur2_hash
 
-# RecordMetadata is a Python dataclass (aioproducer.record); it registers itself.
-cdef object _metadata_type = None
+cdef class RecordMetadata:
+    """Where a record was written (Java's ``RecordMetadata``). Immutable."""
 
+    def __init__(self, str topic, int partition, int64_t offset, int64_t timestamp,
+                 int32_t serialized_key_size, int32_t serialized_value_size):
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.timestamp = timestamp
+        self.serialized_key_size = serialized_key_size
+        self.serialized_value_size = serialized_value_size
 
-def set_metadata_type(cls):
-    """Called once by aioproducer.record with the RecordMetadata class."""
-    global _metadata_type
-    _metadata_type = cls
+    def _astuple(self):
+        return (self.topic, self.partition, self.offset, self.timestamp,
+                self.serialized_key_size, self.serialized_value_size)
+
+    def __eq__(self, other):
+        if type(other) is not RecordMetadata:
+            return NotImplemented
+        return self._astuple() == (<RecordMetadata>other)._astuple()
+
+    def __hash__(self):
+        return hash(self._astuple())
+
+    def __reduce__(self):
+        return (RecordMetadata, self._astuple())
+
+    def __repr__(self):
+        return (f"RecordMetadata(topic={self.topic!r}, partition={self.partition}, "
+                f"offset={self.offset}, timestamp={self.timestamp}, "
+                f"serialized_key_size={self.serialized_key_size}, "
+                f"serialized_value_size={self.serialized_value_size})")
 
 
 cdef inline int64_t now_ms() noexcept nogil:
@@ -105,8 +129,14 @@ cdef class RecordFuture:
             raise b.error
         offset = b.base_offset + self.index if b.base_offset >= 0 else -1
         ts = b.log_append_time if b.log_append_time >= 0 else self.timestamp
-        return _metadata_type(b.topic, b.partition, offset, ts, self.key_size,
-                              self.value_size)
+        cdef RecordMetadata meta = RecordMetadata.__new__(RecordMetadata)
+        meta.topic = b.topic
+        meta.partition = b.partition
+        meta.offset = offset
+        meta.timestamp = ts
+        meta.serialized_key_size = self.key_size
+        meta.serialized_value_size = self.value_size
+        return meta
 
     def exception(self):
         if not self.batch.result.done():
