@@ -1,7 +1,7 @@
 """Runner for aioproducer (ours), through its public API only.
 
-Rows: ``aioproducer`` (asyncio loop), ``aioproducer+uvloop``, and
-``aioproducer-send_many`` (a bulk API; skipped while ``Producer`` has no ``send_many``).
+Rows: ``aioproducer`` (asyncio loop), ``aioproducer+uvloop``, ``aioproducer-send_many``
+(the bulk API), and ``@1MB`` variants with librdkafka's default batch size.
 """
 
 from __future__ import annotations
@@ -33,6 +33,9 @@ def _options(args: RunArgs) -> dict[str, Any]:
         opts["linger_ms"] = args.linger_ms
     if args.compression:
         opts["compression_type"] = args.compression
+    if args.batch_size:
+        opts["batch_size"] = args.batch_size
+        opts["max_request_size"] = max(args.batch_size + 65536, 1048576)
     return opts
 
 

@@ -16,10 +16,12 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import pytest_asyncio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -105,3 +107,40 @@ def topic_factory(kafka_bootstrap: str) -> Iterator[TopicFactory]:
             delete_topic(kafka_bootstrap, name, timeout=10)
         except Exception as exc:  # a failed clean-up must not fail the test
             print(f"topic_factory: could not delete {name}: {exc}", file=sys.stderr)
+
+
+# -- every async test runs on asyncio and on uvloop ------------------------------------
+
+def pytest_asyncio_loop_factories(config: pytest.Config,
+                                  item: pytest.Item) -> dict[str, Callable[[], Any]]:
+    """pytest-asyncio hook: each async test runs once per event loop implementation."""
+    import asyncio
+
+    import uvloop
+    return {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
+
+
+# -- an unhandled exception on the loop fails the test ---------------------------------
+
+@pytest_asyncio.fixture(autouse=True)
+async def _fail_on_unhandled_loop_errors() -> AsyncIterator[None]:
+    """Fail the test if anything reaches the loop's exception handler while it runs
+    (a task that died unobserved, "Future exception was never retrieved", ...)."""
+    import asyncio
+    import gc
+
+    loop = asyncio.get_running_loop()
+    seen: list[dict[str, Any]] = []
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _loop, context: seen.append(context))
+    try:
+        yield
+        await asyncio.sleep(0)
+        gc.collect()  # surfaces never-retrieved future exceptions now, not later
+        await asyncio.sleep(0)
+    finally:
+        loop.set_exception_handler(previous)
+    if seen:
+        first = seen[0]
+        pytest.fail(f"{len(seen)} unhandled error(s) on the event loop; first: "
+                    f"{first.get('message')}: {first.get('exception')!r}", pytrace=False)
