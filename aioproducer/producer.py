@@ -7,8 +7,9 @@ import logging
 import time
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
+from ._lifecycle import check_loop, raise_not_running
 from ._native import BATCH_HEADER_SIZE, ProducerBatch
 from .accumulator import RecordAccumulator
 from .config import ProducerConfig
@@ -322,19 +323,11 @@ class Producer:
 
     # -- helpers -----------------------------------------------------------------
 
-    def _raise_not_running(self) -> None:
-        self._check_loop()
-        if self._state == _NEW:
-            raise IllegalStateError(
-                "the producer is not started: call 'await producer.start()' or use "
-                "'async with Producer(...)' before send()")
-        raise ProducerClosedError("cannot send: the producer is closed")
+    def _raise_not_running(self) -> NoReturn:
+        raise_not_running(self._loop, self._state == _NEW, "Producer")
 
     def _check_loop(self) -> None:
-        if self._loop is not None and asyncio.get_running_loop() is not self._loop:
-            raise IllegalStateError(
-                "this producer was started on another event loop; use it only from the "
-                "loop that started it")
+        check_loop(self._loop)
 
     def __repr__(self) -> str:
         state = ("new", "running", "closing", "closed")[self._state]

@@ -14,13 +14,13 @@ import asyncio
 from collections import deque
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
+from .._lifecycle import check_loop, raise_not_running
 from .._native import BATCH_HEADER_SIZE
 from ..config import ProducerConfig
 from ..errors import (
     IllegalStateError,
-    ProducerClosedError,
     UnknownTopicError,
 )
 from ..metadata import PartitionInfo, TopicInfo
@@ -392,19 +392,11 @@ class MockProducer:
 
     # -- helpers ------------------------------------------------------------------
 
-    def _raise_not_running(self) -> None:
-        self._check_loop()
-        if self._state == _NEW:
-            raise IllegalStateError(
-                "the producer is not started: call 'await producer.start()' or use "
-                "'async with MockProducer(...)' before send()")
-        raise ProducerClosedError("cannot send: the producer is closed")
+    def _raise_not_running(self) -> NoReturn:
+        raise_not_running(self._loop, self._state == _NEW, "MockProducer")
 
     def _check_loop(self) -> None:
-        if self._loop is not None and asyncio.get_running_loop() is not self._loop:
-            raise IllegalStateError(
-                "this producer was started on another event loop; use it only from the "
-                "loop that started it")
+        check_loop(self._loop)
 
 
 def _check_partition_count(what: str, n: object) -> None:
