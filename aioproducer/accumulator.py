@@ -174,9 +174,6 @@ class RecordAccumulator:
         heads = [dq[0].created for dq in self.batches.values() if dq]
         return min(heads) if heads else None
 
-    def has_undrained(self) -> bool:
-        return any(self.batches.values())
-
     def ready(self, cluster: Cluster, now: float, muted: set[TopicPartition]) -> ReadyResult:
         """Leaders that have at least one sendable batch, and when to look again."""
         res = ReadyResult()

@@ -12,7 +12,7 @@ import dataclasses
 import difflib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from .errors import ConfigError
 
@@ -208,5 +208,3 @@ def _parse_servers(value: str | list[str]) -> list[str]:
     items = value.split(",") if isinstance(value, str) else list(value)
     return [s.strip() for s in items if isinstance(s, str) and s.strip()]
 
-
-Acks = Literal[0, 1, -1, "all"]

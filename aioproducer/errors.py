@@ -36,7 +36,6 @@ __all__ = [
     "UnknownTopicOrPartitionError",
     "UnsupportedVersionError",
     "for_code",
-    "is_retriable",
 ]
 
 
@@ -207,10 +206,3 @@ def for_code(code: int, message: str | None = None) -> BrokerResponseError:
     cls = _BY_CODE.get(int(ec), BrokerResponseError)
     return cls(message, code=ec)
 
-
-def is_retriable(code: int) -> bool:
-    """Whether Kafka marks this error code retriable."""
-    try:
-        return bool(ErrorCode(code).retriable)
-    except ValueError:
-        return False

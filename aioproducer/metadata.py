@@ -51,6 +51,8 @@ class Cluster:
     topic_errors: dict[str, int] = field(default_factory=dict)
     """Topics the broker answered with an error code (e.g. unknown topic)."""
     leaders: dict[tuple[str, int], int] = field(default_factory=dict)
+    names_by_id: dict[uuid.UUID, str] = field(default_factory=dict)
+    """Topic ids to names (Produce v13 answers by id)."""
 
     @classmethod
     def from_response(cls, response: Any) -> Cluster:
@@ -80,7 +82,7 @@ class Cluster:
             for p in parts:
                 if p.leader >= 0:
                     leaders[(name, p.partition)] = p.leader
-        return cls(nodes, topics, errors, leaders)
+        return cls(nodes, topics, errors, leaders, _ids(topics))
 
     def merged_with(self, newer: Cluster, requested: Iterable[str]) -> Cluster:
         """``newer`` answered only for ``requested`` topics: keep the others we knew."""
@@ -91,7 +93,7 @@ class Cluster:
         errors.update(newer.topic_errors)
         leaders = {tp: n for tp, n in self.leaders.items() if tp[0] not in asked}
         leaders.update(newer.leaders)
-        return Cluster(dict(newer.nodes), topics, errors, leaders)
+        return Cluster(dict(newer.nodes), topics, errors, leaders, _ids(topics))
 
     def leader_for(self, topic: str, partition: int) -> int | None:
         return self.leaders.get((topic, partition))
@@ -99,6 +101,10 @@ class Cluster:
     def partition_count(self, topic: str) -> int | None:
         info = self.topics.get(topic)
         return len(info.partitions) if info is not None else None
+
+
+def _ids(topics: dict[str, TopicInfo]) -> dict[uuid.UUID, str]:
+    return {t.topic_id: name for name, t in topics.items() if t.topic_id is not None}
 
 
 class Metadata:

@@ -305,9 +305,10 @@ class Sender:
                     self._retry_or_fail(b, perr, now)
                 return
             results: dict[TopicPartition, Any] = {}
+            names_by_id = self.metadata.cluster.names_by_id
             for name, topic_id, part in produce_results(response):
-                if name is None:
-                    name = self._topic_for_id(topic_id)
+                if name is None and topic_id is not None:
+                    name = names_by_id.get(topic_id)
                 if name is not None:
                     results[(name, int(part.index))] = part
             for b in batches:
@@ -332,12 +333,6 @@ class Sender:
                     self._retry_or_fail(b, for_code(code, msg), now)
         finally:
             self.wakeup()
-
-    def _topic_for_id(self, topic_id: Any) -> str | None:
-        for name, info in self.metadata.cluster.topics.items():
-            if info.topic_id == topic_id:
-                return name
-        return None
 
     def _retry_or_fail(self, b: ProducerBatch, exc: BaseException, now: float) -> None:
         retriable = bool(getattr(exc, "retriable", False))
