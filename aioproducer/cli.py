@@ -173,6 +173,11 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "broker":
+        # Everything after "broker" (--help included) belongs to the broker's own CLI.
+        from . import devbroker
+        return devbroker.main(argv[1:])
     args = _build_parser().parse_args(argv)
     try:
         if args.command == "broker":
