@@ -122,3 +122,26 @@ async def test_fatal_batch_error_bumps_epoch_and_the_producer_goes_on(
     assert got == sorted(set(range(401)) - set(failed))
     assert last.offset == len(consumed) - 1
     print(f"\nfailed records: {len(failed)}, producer id/epoch after: {epoch_after_failure}")
+
+
+async def test_first_batch_of_a_partition_is_alone_in_flight(kafka_bootstrap: str,
+                                                             topic_factory: Any) -> None:
+    """Until a partition's first batch is acknowledged, nothing else is pipelined behind
+    it: a broker with no state for the producer id would accept a later sequence first
+    (KIP-360) if the first batch failed, and that gap could never be closed."""
+    topic = topic_factory(partitions=1)
+    async with ProxyCluster.start(kafka_bootstrap) as proxies, \
+            Producer(bootstrap_servers=proxies.bootstrap, linger_ms=0,
+                     batch_size=1024) as producer:
+        for proxy in proxies.proxies.values():
+            proxy.delay_responses(PRODUCE, 1.0, count=1)  # hold the first ack
+        futs = []
+        for i in range(2000):
+            futs.append(await producer.send(topic, encode(i)))
+            if i % 100 == 0:
+                await asyncio.sleep(0.01)  # ~0.2 s of sending, all before the ack
+        assert proxies.requests(PRODUCE) == 1, "a batch was pipelined behind the first"
+        await settle(futs)
+        assert proxies.requests(PRODUCE) > 5  # afterwards, batches are pipelined again
+    consumed = consume_all(kafka_bootstrap, topic, 2000)
+    assert [decode(m.value) for m in consumed] == list(range(2000))
