@@ -72,6 +72,7 @@ class Producer:
         self._max_request_size = c.max_request_size
         self._key_serializer = c.key_serializer
         self._value_serializer = c.value_serializer
+        self._linger_zero = c.linger_ms == 0
         self._appender = self._partitioner.appender
         self._fast = self._partitioner.fast and c.key_serializer is None \
             and c.value_serializer is None
@@ -314,6 +315,10 @@ class Producer:
             raise RecordTooLargeError("record does not fit in a block sized for it")
         sender = self._sender
         if sender is not None:
+            if self._linger_zero:
+                # linger_ms=0: the batch is sendable now; one Sender pass here writes it
+                # without waiting for the Sender task's next turn of the loop.
+                sender.run_once(time.monotonic())
             sender.wakeup()
             # Let the Sender (and the network) run once per new batch: a tight loop of
             # sends never yields otherwise, and batches would pile up until the pool is
