@@ -151,14 +151,15 @@ class RecordAccumulator:
     def complete(self, batch: ProducerBatch, base_offset: int, log_append_time: int,
                  error: BaseException | None) -> None:
         """Finish a batch (success or failure), give its memory back, wake waiters."""
-        if batch.result.done():
+        if batch not in self.incomplete:
             return
         batch.base_offset = base_offset
         batch.log_append_time = log_append_time
         batch.error = error
         self.deallocate(batch)
         self.incomplete.discard(batch)
-        batch.result.set_result(None)
+        if not batch.result.done():  # (only ever done here; a user cannot reach it)
+            batch.result.set_result(None)
 
     def deallocate(self, batch: ProducerBatch) -> None:
         block = batch.block

@@ -163,15 +163,19 @@ class Producer:
                 sender.wakeup()
                 try:
                     await asyncio.wait_for(asyncio.shield(sender.task), timeout)
-                except (asyncio.TimeoutError, asyncio.CancelledError):
+                except asyncio.TimeoutError:
                     pass
+                except asyncio.CancelledError:
+                    if not sender.task.done():
+                        raise  # our caller was cancelled: clean up below, then re-raise
                 except Exception:  # the sender crashed; it already failed everything
                     pass
+        finally:
+            # Also when close() itself is cancelled: nothing is left pending.
             failed = acc.abort_all(ProducerClosedError(
                 "the producer was closed before this record was acknowledged"))
             if failed:
                 log.warning("close(): %d record(s) were not delivered and failed", failed)
-        finally:
             if sender is not None:
                 await sender.stop()
             if self._client is not None:

@@ -129,3 +129,53 @@ async def test_many_tasks_share_one_producer(kafka_bootstrap: str, topic_factory
         offsets = [m.offset for m in per_worker]
         assert offsets == sorted(offsets)
     assert len(consume_all(kafka_bootstrap, topic, 4000)) == 4000
+
+
+def test_sigterm_in_a_service_closes_cleanly(kafka_bootstrap: str, topic_factory: Any) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    topic = topic_factory()
+    script = os.path.join(os.path.dirname(__file__), "service_sigterm.py")
+    proc = subprocess.Popen([sys.executable, "-W", "error", "-X", "dev", script,
+                             kafka_bootstrap, topic],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "READY"
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert "CANCELLED" in out
+    sent = int(out.split("SENT ")[1].split()[0])
+    assert "Task was destroyed" not in err and "unclosed" not in err.lower(), err
+    assert "Traceback" not in err, err
+    got = consume_all(kafka_bootstrap, topic, sent)
+    assert len(got) >= sent  # every acknowledged record is there
+
+
+@pytest.mark.asyncio
+async def test_cancelling_one_awaiter_leaves_its_batch_mates_alone(
+        kafka_bootstrap: str, topic_factory: Any) -> None:
+    topic = topic_factory()
+    async with Producer(bootstrap_servers=kafka_bootstrap, linger_ms=300) as producer:
+        first = await producer.send(topic, b"1")
+        second = await producer.send(topic, b"2")  # same batch, held by linger_ms
+        waiter = asyncio.create_task(_await(first))
+        await asyncio.sleep(0.05)
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        assert (await second).offset == 1
+        assert (await first).offset == 0  # the record itself was not cancelled
+    assert [m.value for m in consume_all(kafka_bootstrap, topic, 2)] == [b"1", b"2"]
+
+
+async def _await(fut: Any) -> Any:
+    return await fut

@@ -100,6 +100,19 @@ cdef class ProducerBatch:
                 f"attempts={self.attempts} seq={self.base_sequence}>")
 
 
+@cython.final
+cdef class _Wake:
+    """Done-callback of a batch future: resolves one awaiting record's waiter."""
+    cdef object waiter
+
+    def __cinit__(self, waiter):
+        self.waiter = waiter
+
+    def __call__(self, _fut):
+        if not self.waiter.done():
+            self.waiter.set_result(None)
+
+
 # It refers only to its batch. A cycle through it (a done-callback that captures it,
 # held by the batch's future) is broken when the batch completes, and every batch is
 # completed (acknowledged, failed, or aborted on close). Keeping one object per record
@@ -123,7 +136,11 @@ cdef class RecordFuture:
     def __await__(self):
         fut = self.batch.result
         if not fut.done():
-            yield from fut
+            # Wait on a private future: cancelling the awaiting task then cancels only
+            # this waiter, never the batch's future that every record of it shares.
+            waiter = fut.get_loop().create_future()
+            fut.add_done_callback(_Wake(waiter))
+            yield from waiter
         return self.result()
 
     def done(self):
