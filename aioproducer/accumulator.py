@@ -12,14 +12,14 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from ._native import BATCH_HEADER_SIZE, Block, BufferPool, ProducerBatch
 from .errors import BufferExhaustedError, KafkaError, ProducerClosedError
 from .metadata import Cluster
 
-__all__ = ["DrainResult", "ProducerBatch", "ReadyResult", "RecordAccumulator"]
+__all__ = ["ProducerBatch", "ReadyResult", "RecordAccumulator"]
 
 TopicPartition = tuple[str, int]
 
@@ -30,11 +30,6 @@ class ReadyResult:
     next_check: float = float("inf")
     """Seconds until some batch may become sendable (linger or backoff)."""
     unknown_leaders: bool = False
-
-
-@dataclass(slots=True)
-class DrainResult:
-    batches: dict[int, list[ProducerBatch]] = field(default_factory=dict)
 
 
 class RecordAccumulator:
@@ -202,7 +197,8 @@ class RecordAccumulator:
 
     def drain(self, cluster: Cluster, nodes: Iterable[int], max_request_size: int,
               now: float, muted: set[TopicPartition],
-              may_send: object = None) -> dict[int, list[ProducerBatch]]:
+              may_send: Callable[[ProducerBatch], bool] | None = None
+              ) -> dict[int, list[ProducerBatch]]:
         """Take sendable batches per node, up to ``max_request_size`` each, fairly.
 
         ``may_send(batch) -> bool`` lets idempotence hold back a batch (sequence order).
@@ -212,7 +208,6 @@ class RecordAccumulator:
         for tp, leader in cluster.leaders.items():
             if self.batches.get(tp):
                 by_node.setdefault(leader, []).append(tp)
-        check = may_send if callable(may_send) else None
         for node in nodes:
             tps = by_node.get(node)
             if not tps:
@@ -232,13 +227,12 @@ class RecordAccumulator:
                     continue
                 if batch.record_count == 0:
                     continue
-                if check is not None and not check(batch):
+                if may_send is not None and not may_send(batch):
                     continue
                 batch_bytes = int(batch.builder.size_in_bytes)
                 if ready and size + batch_bytes > max_request_size:
                     break
                 dq.popleft()
-                batch.drained = now
                 batch.full = True  # closed for appends from now on, even if re-enqueued
                 size += batch_bytes
                 ready.append(batch)

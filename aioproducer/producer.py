@@ -368,8 +368,4 @@ class Producer:
 
         loop.call_soon_threadsafe(schedule)
 
-    @property
-    def metadata_cluster(self) -> Cluster:
-        """The current cluster metadata snapshot."""
-        return self._metadata.cluster
 

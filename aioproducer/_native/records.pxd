@@ -15,7 +15,6 @@ cdef class ProducerBatch:
     cdef public BatchBuilder builder   # writes the records into the block
     cdef public object result          # the batch's future (done = acknowledged or failed)
     cdef public double created         # monotonic time the batch was opened
-    cdef public double drained         # monotonic time of the last drain
     cdef public double next_attempt    # monotonic time before which a retry waits
     cdef public int attempts           # sends so far that failed retriably
     cdef public bint full              # takes no more records (full, drained or closed)

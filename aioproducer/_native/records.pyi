@@ -41,7 +41,6 @@ class ProducerBatch:
     builder: BatchBuilder
     result: Any
     created: float
-    drained: float
     next_attempt: float
     attempts: int
     full: bool

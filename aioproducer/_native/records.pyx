@@ -75,7 +75,6 @@ cdef class ProducerBatch:
         self.builder = BatchBuilder(block)
         self.result = result
         self.created = now
-        self.drained = 0.0
         self.next_attempt = 0.0
         self.attempts = 0
         self.full = False
