@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from ._native import BATCH_HEADER_SIZE, Block, BufferPool, ProducerBatch
+from .compression import CompressionRatioEstimator, Compressor
 from .errors import BufferExhaustedError, KafkaError, ProducerClosedError
 from .metadata import Cluster
 
@@ -32,14 +33,27 @@ class ReadyResult:
     unknown_leaders: bool = False
 
 
+def _codec_slack(size: int) -> int:
+    # Room for a codec's framing on incompressible records (LZ4/zstd/gzip store such
+    # blocks raw: a few bytes per block plus a frame header).
+    return 64 + size // 512
+
+
 class RecordAccumulator:
     """Holds batches until the Sender takes them (``batch.size``, ``linger.ms``)."""
 
     def __init__(self, *, batch_size: int, buffer_memory: int, linger_ms: int,
                  retry_backoff_ms: int, retry_backoff_max_ms: int,
-                 delivery_timeout_ms: int) -> None:
+                 delivery_timeout_ms: int, codec: int = 0,
+                 compressor: Compressor | None = None,
+                 max_request_size: int = 1048576) -> None:
         self.pool = BufferPool(buffer_memory, batch_size)
         self.batch_size = batch_size
+        self.codec = codec
+        self.compressor = compressor
+        self.ratios = CompressionRatioEstimator()
+        # A compressed batch may hold this much uncompressed at most.
+        self.max_compressed_batch = max(batch_size, min(max_request_size, buffer_memory // 4))
         self.linger = linger_ms / 1000.0
         self.retry_backoff = retry_backoff_ms / 1000.0
         self.retry_backoff_max = retry_backoff_max_ms / 1000.0
@@ -69,6 +83,11 @@ class RecordAccumulator:
     def new_batch(self, tp: TopicPartition, block: Block,
                   loop: asyncio.AbstractEventLoop) -> ProducerBatch:
         batch = ProducerBatch(tp, block, loop.create_future(), time.monotonic())
+        if self.codec:
+            cap = block.capacity
+            limit = min(cap - _codec_slack(cap), self._compressed_limit(tp[0]))
+            batch.builder.set_compression(self.codec, self.compressor,
+                                          max(limit, BATCH_HEADER_SIZE + 1))
         dq = self.batches.get(tp)
         if dq is None:
             dq = self.batches[tp] = deque()
@@ -78,9 +97,32 @@ class RecordAccumulator:
         self.incomplete.add(batch)
         return batch
 
-    def block_size_for(self, record_size: int) -> int:
-        """Block size for a new batch whose first record encodes to ``record_size``."""
-        return max(self.batch_size, BATCH_HEADER_SIZE + record_size)
+    def block_size_for(self, record_size: int, topic: str = "") -> int:
+        """Block size for a new batch whose first record encodes to ``record_size``.
+
+        With compression, a batch holds records up to its estimated compressed size
+        reaching ``batch_size`` (plus room for the codec's overhead on data that does
+        not compress), so the block may be larger than ``batch_size``.
+        """
+        size = max(self.batch_size, BATCH_HEADER_SIZE + record_size)
+        if self.codec:
+            limit = self._compressed_limit(topic)
+            size = max(size, limit + _codec_slack(limit))
+        return size
+
+    def _compressed_limit(self, topic: str) -> int:
+        budget = self.ratios.records_budget(topic, self.batch_size, BATCH_HEADER_SIZE)
+        return min(BATCH_HEADER_SIZE + budget, self.max_compressed_batch)
+
+    def batch_closed(self, batch: ProducerBatch) -> None:
+        """Learn the topic's compression ratio from a batch that was just closed."""
+        b = batch.builder
+        if self.codec and b.records_size:
+            if b.compression:
+                self.ratios.observe(batch.topic, b.records_size,
+                                    b.size_in_bytes - BATCH_HEADER_SIZE)
+            else:  # did not fit compressed: the data does not compress
+                self.ratios.observe(batch.topic, b.records_size, b.records_size + 1)
 
     async def allocate(self, size: int, max_block_s: float) -> Block:
         """A block of ``size`` bytes, waiting FIFO for memory up to ``max_block_s``."""

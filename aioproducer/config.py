@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .compression import validate_level
 from .errors import ConfigError
 
 __all__ = ["Partitioner", "ProducerConfig", "Serializer"]
@@ -24,7 +25,7 @@ Partitioner = Callable[[str, bytes | None, int], int]
 Serializer = Callable[[Any], bytes | bytearray | memoryview | None]
 
 _MAX_INT32 = 2**31 - 1
-_COMPRESSION = ("none",)
+_COMPRESSION = ("none", "gzip", "snappy", "lz4", "zstd")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -75,7 +76,14 @@ class ProducerConfig:
     socket_connection_setup_timeout_ms: int = 10000
     """``socket.connection.setup.timeout.ms``"""
     compression_type: str = "none"
-    """``compression.type`` (only ``none`` for now)."""
+    """``compression.type``: ``none``, ``gzip``, ``snappy``, ``lz4`` or ``zstd``. Batches
+    are compressed once, when they close."""
+    compression_gzip_level: int = -1
+    """``compression.gzip.level``: 1..9, or -1 for the codec's default (6)."""
+    compression_lz4_level: int = 9
+    """``compression.lz4.level``: 1..17; 9 (the default) is LZ4's fast mode, others LZ4-HC."""
+    compression_zstd_level: int = 3
+    """``compression.zstd.level``: -131072..22 (negative levels are zstd's fast modes)."""
     partitioner: str | Partitioner = "murmur2"
     """``partitioner.class``: ``"murmur2"`` (Java-compatible, default), ``"xxhash"``
     (fast, not Java-compatible) or a callable ``(topic, key_bytes, num_partitions) -> int``."""
@@ -142,6 +150,9 @@ class ProducerConfig:
                 f"compression_type {self.compression_type!r} is not supported; "
                 f"choose one of {', '.join(_COMPRESSION)}"
             )
+        validate_level("gzip", self.compression_gzip_level)
+        validate_level("lz4", self.compression_lz4_level)
+        validate_level("zstd", self.compression_zstd_level)
         if not (callable(self.partitioner) or self.partitioner in ("murmur2", "xxhash")):
             raise ConfigError(
                 "partitioner must be 'murmur2', 'xxhash' or a callable "
@@ -183,6 +194,15 @@ class ProducerConfig:
                 "enable_idempotence=True conflicts with " + ", ".join(conflicts)
             )
         return dataclasses.replace(self, enable_idempotence=bool(idempotence))
+
+    @property
+    def compression_level(self) -> int:
+        """The level option of ``compression_type`` (0 for codecs without levels)."""
+        return {
+            "gzip": self.compression_gzip_level,
+            "lz4": self.compression_lz4_level,
+            "zstd": self.compression_zstd_level,
+        }.get(self.compression_type, 0)
 
     @property
     def servers(self) -> list[str]:

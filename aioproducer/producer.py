@@ -12,6 +12,7 @@ from typing import Any, NoReturn
 from ._lifecycle import check_loop, raise_not_running
 from ._native import BATCH_HEADER_SIZE, ProducerBatch
 from .accumulator import RecordAccumulator
+from .compression import codec_id, make_compressor
 from .config import ProducerConfig
 from .errors import (
     IllegalStateError,
@@ -61,6 +62,9 @@ class Producer:
             batch_size=c.batch_size, buffer_memory=c.buffer_memory, linger_ms=c.linger_ms,
             retry_backoff_ms=c.retry_backoff_ms, retry_backoff_max_ms=c.retry_backoff_max_ms,
             delivery_timeout_ms=c.delivery_timeout_ms,
+            codec=codec_id(c.compression_type),
+            compressor=make_compressor(c.compression_type, c.compression_level),
+            max_request_size=c.max_request_size,
         )
         # Records whose key + value approach a size limit take the exact Python check.
         max_payload = min(c.max_request_size, c.buffer_memory) - BATCH_HEADER_SIZE - 64
@@ -301,7 +305,7 @@ class Producer:
                                 started: float) -> Any:
         acc = self._accumulator
         remaining = self._max_block_s - (time.monotonic() - started if started else 0.0)
-        block = await acc.allocate(acc.block_size_for(record_size), max(remaining, 0.0))
+        block = await acc.allocate(acc.block_size_for(record_size, tp[0]), max(remaining, 0.0))
         if self._state != _RUNNING:
             acc.release_block(block)
             self._raise_not_running()

@@ -257,6 +257,7 @@ class Sender:
         if pid is None:
             if not b.closed:
                 b.builder.close()
+                self.acc.batch_closed(b)
             return
         if b.base_sequence < 0:
             b.base_sequence = pid.next_sequence(b.tp, b.record_count)
@@ -265,6 +266,7 @@ class Sender:
                 b.builder.set_producer_state(b.producer_id, b.producer_epoch, b.base_sequence)
             else:
                 b.builder.close(b.producer_id, b.producer_epoch, b.base_sequence)
+                self.acc.batch_closed(b)
         elif (b.producer_id, b.producer_epoch) != (pid.producer_id, pid.epoch):
             b.producer_id, b.producer_epoch = pid.producer_id, pid.epoch
             b.builder.set_producer_state(b.producer_id, b.producer_epoch, b.base_sequence)

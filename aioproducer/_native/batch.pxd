@@ -25,6 +25,7 @@ cdef enum:
     HEADER_SIZE = 61               # records start here
 
     ATTR_TRANSACTIONAL = 0x10      # attributes bit 4
+    ATTR_CODEC_MASK = 0x07         # attributes bits 0-2: compression codec
 
 
 # A key, value or header value borrowed from a Python object for one append.
@@ -47,6 +48,11 @@ cdef class BatchBuilder:
     cdef readonly Block block      # the memory written into
     cdef Py_ssize_t pos            # bytes written: header + records so far
     cdef Py_ssize_t capacity       # the block's capacity
+    cdef Py_ssize_t limit          # records stop here, except a batch's first record
+    cdef int codec_                # compression codec id asked for (0: none)
+    cdef int applied_codec         # codec of the closed batch (0 if sent uncompressed)
+    cdef object compressor         # records section -> compressed bytes-like
+    cdef Py_ssize_t records_size_  # uncompressed bytes of the records section
     cdef int32_t count             # records appended
     cdef int64_t base_ts           # timestamp of the first record (baseTimestamp)
     cdef int64_t max_ts            # largest record timestamp (maxTimestamp)
@@ -64,6 +70,8 @@ cdef class BatchBuilder:
     cdef int write_producer_state(self) except -1
     # Raise RuntimeError unless the block is still live.
     cdef int check_block(self) except -1
+    # Compress [HEADER_SIZE:pos] in place (falls back to plain if it does not fit).
+    cdef int compress_records(self) except -1
     # CRC-32C of [OFF_ATTRIBUTES:pos] into the crc field.
     cdef int store_crc(self) except -1
     # Debug builds: check that the records tile [HEADER_SIZE:pos] exactly.

@@ -1,7 +1,7 @@
 """Kafka record batch v2 (magic 2) builder (compiled: batch.pyx)."""
 
-from collections.abc import Sequence
-from typing import final
+from collections.abc import Callable, Sequence
+from typing import Any, final
 
 from typing_extensions import Buffer
 
@@ -22,6 +22,11 @@ class BatchBuilder:
     """Builds one record batch v2 in a :class:`Block`."""
 
     def __init__(self, block: Block) -> None: ...
+    def set_compression(
+        self, codec: int, compressor: Callable[[memoryview], Any] | None, limit: int = -1
+    ) -> None:
+        """Compress the records (codec id 1-4) at close; ``limit`` bounds the batch
+        for every record but the first. Only before the first append."""
     def append(
         self, timestamp_ms: int, key: object, value: object, headers: object = None
     ) -> int:
@@ -51,6 +56,14 @@ class BatchBuilder:
     def block(self) -> Block: ...
     @property
     def record_count(self) -> int: ...
+    @property
+    def compression(self) -> int:
+        """Codec id asked for; once closed, the codec applied (0 if sent plain)."""
+    @property
+    def records_size(self) -> int:
+        """Uncompressed bytes of the records section."""
+    @property
+    def limit_bytes(self) -> int: ...
     @property
     def size_in_bytes(self) -> int:
         """Header plus the records so far."""

@@ -34,6 +34,7 @@ from cpython.memoryview cimport PyMemoryView_FromMemory
 from cpython.ref cimport PyObject, Py_XDECREF, Py_XINCREF
 from cpython.tuple cimport PyTuple_Check, PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_Check
+from libc.string cimport memcpy
 from libc.stdint cimport (
     INT16_MAX,
     INT16_MIN,
@@ -207,6 +208,11 @@ cdef class BatchBuilder:
             )
         self.block = block
         self.capacity = block.capacity
+        self.limit = block.capacity
+        self.codec_ = 0
+        self.applied_codec = 0
+        self.compressor = None
+        self.records_size_ = 0
         self.pos = HEADER_SIZE
         self.count = 0
         self.base_ts = -1
@@ -216,6 +222,29 @@ cdef class BatchBuilder:
         self.base_sequence_ = -1
         self.transactional_ = False
         self.closed_ = False
+
+    def set_compression(self, int codec, object compressor, Py_ssize_t limit=-1) -> None:
+        """Compress the records with ``compressor`` (codec id 1-4) when the batch closes.
+
+        ``limit`` (default: the block's capacity) bounds the uncompressed batch for every
+        record but the first, leaving room in the block for codec overhead: the
+        compressed records are copied back over the plain ones. If they still do not fit,
+        the batch goes out uncompressed (codec 0), which Kafka accepts as well.
+        """
+        if self.closed_ or self.count:
+            raise RuntimeError("set_compression() must come before the first append")
+        if codec < 0 or codec > 4:
+            raise ValueError(f"compression codec id must be 0..4, got {codec}")
+        if codec and not callable(compressor):
+            raise TypeError("compressor must be callable when a codec is set")
+        if limit == -1:
+            limit = self.capacity
+        if limit <= HEADER_SIZE or limit > self.capacity:
+            raise ValueError(
+                f"limit {limit} must be in ({HEADER_SIZE}, {self.capacity}] for this block")
+        self.codec_ = codec
+        self.compressor = compressor if codec else None
+        self.limit = limit
 
     # -- appending -------------------------------------------------------------
 
@@ -288,7 +317,8 @@ cdef class BatchBuilder:
             if body > INT32_MAX:
                 raise ValueError(f"a {body}-byte record is larger than the protocol allows")
             total = uvarint_size(zigzag64(body)) + body
-            if total > self.capacity - self.pos or self.count == INT32_MAX:
+            if (total > self.capacity - self.pos or self.count == INT32_MAX
+                    or (self.count > 0 and total > self.limit - self.pos)):
                 return -1
 
             # Write it; every primitive write is bounds-checked against capacity.
@@ -350,13 +380,16 @@ cdef class BatchBuilder:
         self.producer_epoch_ = <int16_t>producer_epoch
         self.base_sequence_ = <int32_t>base_sequence
         self.transactional_ = transactional
+        self.records_size_ = self.pos - HEADER_SIZE
+        if self.codec_:
+            self.compress_records()
         writer_init(&w, self.block.data, 0, HEADER_SIZE)
         put_be64(&w, 0)                                       # baseOffset
         put_be32(&w, <uint32_t>(self.pos - OFF_LEADER_EPOCH))  # batchLength
         put_be32(&w, <uint32_t>-1)                            # partitionLeaderEpoch
         put_u8(&w, MAGIC)
         put_be32(&w, 0)                                       # crc, below
-        put_be16(&w, ATTR_TRANSACTIONAL if transactional else 0)
+        put_be16(&w, <uint16_t>((ATTR_TRANSACTIONAL if transactional else 0) | self.applied_codec))
         put_be32(&w, <uint32_t>(self.count - 1))              # lastOffsetDelta
         put_be64(&w, <uint64_t>self.base_ts)
         put_be64(&w, <uint64_t>self.max_ts)
@@ -368,7 +401,7 @@ cdef class BatchBuilder:
             raise SystemError("aioproducer internal error: batch header size")
         self.store_crc()
         self.closed_ = True
-        if AIOP_DEBUG:
+        if AIOP_DEBUG and not self.applied_codec:
             self.debug_walk()
 
     def set_producer_state(self, int64_t producer_id, int64_t producer_epoch,
@@ -396,6 +429,21 @@ cdef class BatchBuilder:
     @property
     def record_count(self) -> int:
         return self.count
+
+    @property
+    def compression(self) -> int:
+        """Codec id asked for; after close, the one applied (0 if sent plain)."""
+        return self.applied_codec if self.closed_ else self.codec_
+
+    @property
+    def records_size(self) -> int:
+        """Uncompressed bytes of the records section (header excluded)."""
+        return self.records_size_ if self.closed_ else self.pos - HEADER_SIZE
+
+    @property
+    def limit_bytes(self) -> int:
+        """Batch bytes beyond which only a first record is taken."""
+        return self.limit
 
     @property
     def size_in_bytes(self) -> int:
@@ -459,6 +507,27 @@ cdef class BatchBuilder:
         if w.overflow or w.pos != OFF_RECORD_COUNT:
             raise SystemError("aioproducer internal error: producer state size")
         self.store_crc()
+        return 0
+
+    cdef int compress_records(self) except -1:
+        cdef Slice out
+        cdef Py_ssize_t n = self.pos - HEADER_SIZE
+        src = PyMemoryView_FromMemory(self.block.data + HEADER_SIZE, n, PyBUF_READ)
+        try:
+            result = self.compressor(src)
+        finally:
+            src.release()
+        out.acquired = False
+        acquire(result, &out, b"compressed records", -1)
+        try:
+            if out.len < 0 or out.len > self.capacity - HEADER_SIZE:
+                self.applied_codec = 0      # does not fit: send the records plain
+                return 0
+            memcpy(self.block.data + HEADER_SIZE, out.ptr, <size_t>out.len)
+            self.pos = HEADER_SIZE + out.len
+            self.applied_codec = self.codec_
+        finally:
+            release(&out)
         return 0
 
     cdef int store_crc(self) except -1:
