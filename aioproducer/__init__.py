@@ -18,16 +18,21 @@ from .errors import (
     KafkaTimeoutError,
     PartitionError,
     ProducerClosedError,
+    ProducerFencedError,
     ProtocolError,
     RecordTooLargeError,
     RequestTimedOutError,
     SerializationError,
     TopicAuthorizationError,
+    TransactionAbortableError,
+    TransactionAbortedError,
+    TransactionalIdAuthorizationError,
     UnknownTopicError,
     UnsupportedVersionError,
 )
 from .producer import Producer
 from .record import RecordFuture, RecordMetadata, SendManyResult
+from .transactions import GroupMetadata
 
 __version__ = "0.1.0"
 
@@ -36,6 +41,7 @@ __all__ = [
     "BufferExhaustedError",
     "ConfigError",
     "DeliveryTimeoutError",
+    "GroupMetadata",
     "IllegalStateError",
     "KafkaConnectionError",
     "KafkaError",
@@ -44,6 +50,7 @@ __all__ = [
     "Producer",
     "ProducerClosedError",
     "ProducerConfig",
+    "ProducerFencedError",
     "ProtocolError",
     "RecordFuture",
     "RecordMetadata",
@@ -52,6 +59,9 @@ __all__ = [
     "SendManyResult",
     "SerializationError",
     "TopicAuthorizationError",
+    "TransactionAbortableError",
+    "TransactionAbortedError",
+    "TransactionalIdAuthorizationError",
     "UnknownTopicError",
     "UnsupportedVersionError",
     "__version__",

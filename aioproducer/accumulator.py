@@ -190,6 +190,7 @@ class RecordAccumulator:
         """Finish a batch (success or failure), give its memory back, wake waiters."""
         if batch not in self.incomplete:
             return
+        batch.full = True  # never appended to again: its block goes back to the pool
         batch.base_offset = base_offset
         batch.log_append_time = log_append_time
         batch.error = error
@@ -311,6 +312,16 @@ class RecordAccumulator:
         for dq in self.batches.values():
             while dq and now - dq[0].created >= self.delivery_timeout:
                 out.append(dq.popleft())
+        return out
+
+    def abort_queued(self, error: KafkaError) -> list[ProducerBatch]:
+        """Fail every batch still queued (not in flight); returns them."""
+        out: list[ProducerBatch] = []
+        for dq in self.batches.values():
+            while dq:
+                batch = dq.popleft()
+                out.append(batch)
+                self.complete(batch, -1, -1, error)
         return out
 
     def abort_all(self, error: KafkaError) -> int:

@@ -15,7 +15,7 @@ the 61-byte header) is compressed as one unit; attributes bits 0-2 name the code
 =====  ======  ===============================================  ====================
 
 Every one of these libraries releases the GIL while it compresses. The choice was
-measured (README, "Compression"): ``lz4``'s frame API is about 13× faster than
+measured (README, "Compression"): ``lz4``'s frame API is about 13x faster than
 ``cramjam.lz4`` at its default level and lets us turn block linking off; ``zstandard``
 and ``cramjam.zstd`` are on par and ``zstandard`` exposes every level; ``zlib`` is
 faster than ``cramjam.gzip``; ``cramjam`` has the only maintained raw Snappy.
@@ -106,9 +106,9 @@ def make_compressor(name: str, level: int) -> Compressor | None:
     if name == "snappy":
         import cramjam
 
-        return cramjam.snappy.compress_raw  # type: ignore[no-any-return]
+        return cramjam.snappy.compress_raw
     if name == "lz4":
-        import lz4.frame
+        import lz4.frame  # type: ignore[import-untyped]
 
         # Kafka's default level means LZ4's fast mode (frame level 0); other levels
         # are LZ4-HC levels. Independent 64 KiB blocks, no checksums beyond LZ4's
@@ -118,16 +118,17 @@ def make_compressor(name: str, level: int) -> Compressor | None:
         block_size = lz4.frame.BLOCKSIZE_MAX64KB
 
         def lz4_frame(data: memoryview) -> bytes:
-            return compress(data, compression_level=flevel, block_size=block_size,
+            out: bytes = compress(data, compression_level=flevel, block_size=block_size,
                             block_linked=False, content_checksum=False,
                             block_checksum=False, store_size=False)
+            return out
 
         return lz4_frame
     if name == "zstd":
         import zstandard
 
         cctx = zstandard.ZstdCompressor(level=level)
-        return cctx.compress  # type: ignore[no-any-return]
+        return cctx.compress
     raise ConfigError(f"unknown compression type {name!r}")
 
 
@@ -144,11 +145,12 @@ def decompress(codec: int, data: bytes | memoryview) -> bytes:
     if codec == 3:
         import lz4.frame
 
-        return lz4.frame.decompress(data)  # type: ignore[no-any-return]
+        out: bytes = lz4.frame.decompress(data)
+        return out
     if codec == 4:
         import zstandard
 
-        return zstandard.ZstdDecompressor().decompressobj().decompress(data)  # type: ignore[no-any-return]
+        return zstandard.ZstdDecompressor().decompressobj().decompress(data)
     raise ValueError(f"unknown compression codec id {codec}")
 
 

@@ -94,7 +94,9 @@ class ProducerConfig:
     value_serializer: Serializer | None = None
     """``value.serializer``: a callable; without one, values must be bytes-like or None."""
     transactional_id: str | None = None
-    """``transactional.id`` (transactions are not implemented yet)."""
+    """``transactional.id``: makes the producer transactional (implies idempotence)."""
+    transaction_timeout_ms: int = 60000
+    """``transaction.timeout.ms``: the coordinator aborts a transaction left open longer."""
 
     _explicit: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
 
@@ -131,7 +133,7 @@ class ProducerConfig:
             "retries": 0, "retry_backoff_ms": 0, "retry_backoff_max_ms": 0,
             "max_in_flight_requests_per_connection": 1, "metadata_max_age_ms": 0,
             "reconnect_backoff_ms": 0, "reconnect_backoff_max_ms": 0,
-            "socket_connection_setup_timeout_ms": 1,
+            "socket_connection_setup_timeout_ms": 1, "transaction_timeout_ms": 1,
         }
         for name, minimum in ints.items():
             value = getattr(self, name)
@@ -162,8 +164,9 @@ class ProducerConfig:
             value = getattr(self, name)
             if value is not None and not callable(value):
                 raise ConfigError(f"{name} must be a callable or None")
-        if self.transactional_id is not None:
-            raise ConfigError("transactional_id: transactions are not implemented yet")
+        if self.transactional_id is not None and (
+                not isinstance(self.transactional_id, str) or not self.transactional_id):
+            raise ConfigError("transactional_id must be a non-empty str (or None)")
         if self.retry_backoff_max_ms < self.retry_backoff_ms:
             raise ConfigError("retry_backoff_max_ms must be >= retry_backoff_ms")
         if self.delivery_timeout_ms < self.linger_ms + self.request_timeout_ms:
@@ -187,6 +190,13 @@ class ProducerConfig:
                 f"max_in_flight_requests_per_connection="
                 f"{self.max_in_flight_requests_per_connection} (needs <= 5)"
             )
+        if self.transactional_id is not None:
+            if idempotence is False:
+                raise ConfigError("transactional_id needs enable_idempotence (not False)")
+            if conflicts:
+                raise ConfigError(
+                    "transactional_id needs idempotence, which conflicts with "
+                    + ", ".join(conflicts))
         if idempotence is None:
             idempotence = not conflicts
         elif idempotence and conflicts:

@@ -853,6 +853,9 @@ class LocalKafka:
             "share.coordinator.state.topic.replication.factor": str(replication),
             "share.coordinator.state.topic.min.isr": str(min_isr),
             "group.initial.rebalance.delay.ms": "0",
+            # Transactions left open past transaction_timeout_ms are aborted within a
+            # second, not ten (so a test can watch it happen).
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
             # A dead node is fenced (and leaves the ISRs) sooner than by default (9 s).
             "broker.heartbeat.interval.ms": "1000",
             "broker.session.timeout.ms": "6000",

@@ -26,11 +26,15 @@ __all__ = [
     "OutOfOrderSequenceError",
     "PartitionError",
     "ProducerClosedError",
+    "ProducerFencedError",
     "ProtocolError",
     "RecordTooLargeError",
     "RequestTimedOutError",
     "SerializationError",
     "TopicAuthorizationError",
+    "TransactionAbortableError",
+    "TransactionAbortedError",
+    "TransactionalIdAuthorizationError",
     "UnknownProducerIdError",
     "UnknownTopicError",
     "UnknownTopicOrPartitionError",
@@ -180,6 +184,35 @@ class InvalidRecordError(BrokerResponseError):
     code = ErrorCode.invalid_record
 
 
+class ProducerFencedError(BrokerResponseError):
+    """Another producer with the same ``transactional_id`` took over (a newer epoch).
+
+    Fatal: the fenced producer can do nothing more but ``close()``. Kafka reports it
+    as PRODUCER_FENCED, or as INVALID_PRODUCER_EPOCH / TRANSACTION_COORDINATOR_FENCED
+    on older paths; a transactional producer raises this class for all three.
+    """
+
+    code = ErrorCode.producer_fenced
+
+
+class TransactionalIdAuthorizationError(BrokerResponseError):
+    """The client may not use this ``transactional_id`` (fatal for the producer)."""
+
+    code = ErrorCode.transactional_id_authorization_failed
+
+
+class TransactionAbortableError(KafkaError):
+    """The current transaction hit an error and can only be aborted.
+
+    Call ``abort_transaction()``; the producer can then begin a new transaction.
+    The original error is the ``__cause__``.
+    """
+
+
+class TransactionAbortedError(KafkaError):
+    """The record was not sent: its transaction was aborted before it went out."""
+
+
 _BY_CODE: dict[int, type[BrokerResponseError]] = {
     int(cls.code): cls
     for cls in (
@@ -192,6 +225,8 @@ _BY_CODE: dict[int, type[BrokerResponseError]] = {
         InvalidProducerEpochError,
         UnknownProducerIdError,
         InvalidRecordError,
+        ProducerFencedError,
+        TransactionalIdAuthorizationError,
     )
 }
 

@@ -6,7 +6,8 @@ import asyncio
 import logging
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from typing import Any, NoReturn
 
 from ._lifecycle import check_loop, raise_not_running
@@ -16,6 +17,7 @@ from .compression import codec_id, make_compressor
 from .config import ProducerConfig
 from .errors import (
     IllegalStateError,
+    KafkaError,
     KafkaTimeoutError,
     ProducerClosedError,
     RecordTooLargeError,
@@ -27,6 +29,7 @@ from .partitioner import RecordPartitioner
 from .record import RecordFuture, RecordMetadata, SendManyResult
 from .sender import Sender
 from .serializers import Header, check_record_size, prepare_record
+from .transactions import GroupMetadata, TransactionManager, TxnState
 
 __all__ = ["Header", "Producer"]
 
@@ -72,6 +75,7 @@ class Producer:
                                               max_payload=max_payload)
         self._client: KafkaClient | None = None
         self._sender: Sender | None = None
+        self._txn: TransactionManager | None = None
         self._max_block_s = c.max_block_ms / 1000.0
         self._max_request_size = c.max_request_size
         self._key_serializer = c.key_serializer
@@ -106,6 +110,7 @@ class Producer:
         client.update_nodes(cluster.nodes)
         self._metadata.refresh_done(time.monotonic(), cluster, [])
         self._sender = Sender(c, client, self._metadata, self._accumulator)
+        self._txn = self._sender.txn
         self._sender.start()
         self._state = _RUNNING
 
@@ -156,6 +161,15 @@ class Producer:
             self._state = _CLOSED
             return
         self._check_loop()
+        txn = self._txn
+        if txn is not None and txn.state in (TxnState.IN_TRANSACTION,
+                                             TxnState.ABORTABLE_ERROR):
+            # Like the Java producer: an open transaction is aborted on close, so its
+            # partitions are not held up until transaction_timeout_ms.
+            try:
+                await asyncio.wait_for(self.abort_transaction(), timeout)
+            except (KafkaError, asyncio.TimeoutError) as exc:
+                log.warning("close(): could not abort the open transaction: %s", exc)
         self._state = _CLOSING
         acc = self._accumulator
         acc.closing = True
@@ -203,6 +217,8 @@ class Producer:
         """
         if self._state != _RUNNING or asyncio.get_running_loop() is not self._loop:
             self._raise_not_running()
+        if self._txn is not None:
+            self._txn.check_send()
         if self._fast and headers is None:
             fut = self._appender.append(topic, value, key, partition, timestamp_ms)
             if fut is not None:
@@ -258,6 +274,8 @@ class Producer:
         """
         if self._state != _RUNNING or asyncio.get_running_loop() is not self._loop:
             self._raise_not_running()
+        if self._txn is not None:
+            self._txn.check_send()
         vals = values if type(values) is list else list(values)
         ks = None if keys is None else (keys if type(keys) is list else list(keys))
         if ks is not None and len(ks) != len(vals):
@@ -333,6 +351,95 @@ class Producer:
             # full. Once per batch, not per record, keeps the hot path cheap.
             await asyncio.sleep(0)
         return batch, index
+
+    # -- transactions ------------------------------------------------------------
+
+    def _transactions(self, what: str) -> TransactionManager:
+        if self._state != _RUNNING:
+            self._raise_not_running()
+        self._check_loop()
+        if self._txn is None:
+            raise IllegalStateError(
+                f"{what}: this producer is not transactional; set transactional_id")
+        return self._txn
+
+    async def init_transactions(self) -> None:
+        """Register ``transactional_id`` with its coordinator; call once, before the
+        first transaction.
+
+        Fences any older producer with the same id (it gets
+        :class:`ProducerFencedError`) and aborts a transaction it left open. Bounded by
+        ``max_block_ms`` (:class:`KafkaTimeoutError`; the call may be repeated).
+        """
+        await self._transactions("init_transactions()").init()
+
+    def begin_transaction(self) -> None:
+        """Start a transaction: records sent from now on commit or abort together."""
+        self._transactions("begin_transaction()").begin()
+
+    async def commit_transaction(self) -> None:
+        """Send what is buffered, then commit the transaction.
+
+        If a record of the transaction failed, raises
+        :class:`TransactionAbortableError`: call :meth:`abort_transaction`.
+        """
+        await self._transactions("commit_transaction()").commit(self.flush)
+
+    async def abort_transaction(self) -> None:
+        """Abort the transaction: records not yet sent fail with
+        :class:`TransactionAbortedError`, and what was written is never read by
+        ``read_committed`` consumers."""
+        txn = self._transactions("abort_transaction()")
+        acc = self._accumulator
+        sender = self._sender
+        assert sender is not None
+
+        async def wait_in_flight() -> None:
+            pending = [b.result for b in acc.incomplete]
+            if pending:
+                await asyncio.wait(pending)
+
+        def abort_queued(error: KafkaError) -> None:
+            sender._abort_queued(error)
+
+        await txn.abort(abort_queued, wait_in_flight)
+
+    async def send_offsets_to_transaction(
+            self, offsets: Mapping[Any, Any] | Iterable[Any],
+            group_metadata: str | GroupMetadata | Any) -> None:
+        """Commit consumer offsets as part of the transaction (consume-transform-produce).
+
+        ``offsets`` maps ``(topic, partition)`` to the next offset to consume (or to
+        ``(offset, metadata)``); an iterable of objects with ``topic``, ``partition``
+        and ``offset`` (confluent-kafka's ``TopicPartition``) also works.
+        ``group_metadata`` is the consumer group id, or a :class:`GroupMetadata` (with
+        generation and member id, to fence zombie group members).
+        """
+        await self._transactions("send_offsets_to_transaction()").send_offsets(
+            offsets, group_metadata)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Producer]:
+        """``async with producer.transaction():`` begins a transaction, commits it when
+        the block ends, and aborts it if the block raises (the exception propagates)."""
+        txn = self._transactions("transaction()")
+        txn.begin()
+        try:
+            yield self
+        except BaseException:
+            if txn.state in (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR) \
+                    and not self.closed:
+                try:
+                    await self.abort_transaction()
+                except KafkaError as exc:
+                    log.warning("could not abort the transaction: %s", exc)
+            raise
+        try:
+            await self.commit_transaction()
+        except KafkaError:
+            if txn.state is TxnState.ABORTABLE_ERROR:
+                await self.abort_transaction()
+            raise
 
     # -- helpers -----------------------------------------------------------------
 

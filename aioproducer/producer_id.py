@@ -97,6 +97,16 @@ class ProducerIdManager:
         self._acked.clear()
         self._last_acked.clear()
 
+    def assign(self, producer_id: int, epoch: int) -> None:
+        """A new id or epoch (from a transactional InitProducerId): sequences restart."""
+        self.producer_id, self.epoch = producer_id, epoch
+        self.bump_needed = False
+        self.error = None
+        self._next_seq.clear()
+        self._acked.clear()
+        self._last_acked.clear()
+        self.ready = True
+
     async def init(self, now: float) -> None:
         """Send InitProducerId (bumping the epoch when we already have an id)."""
         self._in_progress = True

@@ -24,6 +24,7 @@ from kio.schema.errors import ErrorCode
 from .accumulator import ProducerBatch, RecordAccumulator, TopicPartition
 from .config import ProducerConfig
 from .errors import (
+    BrokerResponseError,
     DeliveryTimeoutError,
     InvalidProducerEpochError,
     KafkaError,
@@ -36,6 +37,7 @@ from .metadata import Cluster, Metadata
 from .net.client import KafkaClient
 from .net.protocol import decode_produce_response, encode_produce_body, produce_results
 from .producer_id import ProducerIdManager
+from .transactions import TransactionManager
 
 __all__ = ["Sender"]
 
@@ -52,6 +54,11 @@ _METADATA_ERRORS = frozenset({
     int(ErrorCode.not_enough_replicas),
 })
 _DUPLICATE_SEQUENCE = int(ErrorCode.duplicate_sequence_number)
+# A partition leader saying that a newer producer owns our transactional id.
+_FENCED = frozenset({int(ErrorCode.producer_fenced), int(ErrorCode.invalid_producer_epoch),
+                     int(ErrorCode.transaction_coordinator_fenced)})
+# Produce v12+ belongs to transaction version 2; transactions here use version 1.
+_TXN_PRODUCE_MAX = 11
 
 
 class Sender:
@@ -71,6 +78,11 @@ class Sender:
         self.reconnect_backoff = config.reconnect_backoff_ms / 1000.0
         self.guarantee_order = self.max_in_flight == 1
         self.pid = ProducerIdManager(client, config) if config.enable_idempotence else None
+        self.txn: TransactionManager | None = None
+        if config.transactional_id is not None:
+            assert self.pid is not None
+            self.txn = TransactionManager(client, config, self.pid, self.wakeup)
+        self.transactional_id = config.transactional_id
         self.in_flight: dict[TopicPartition, deque[ProducerBatch]] = {}
         self.task: asyncio.Task[None] | None = None
         self._sleeper: asyncio.Future[None] | None = None
@@ -144,15 +156,24 @@ class Sender:
             self._fail(batch, DeliveryTimeoutError(
                 self._expiry_text(batch, now, batch.last_error)))
 
-        if self.pid is not None and self.pid.bump_needed and not any(self.in_flight.values()):
+        txn = self.txn
+        if txn is not None:
+            err = txn.blocks_queued
+            if err is not None and any(self.acc.batches.values()):
+                self._abort_queued(err)
+
+        if self.pid is not None and self.pid.bump_needed and txn is None \
+                and not any(self.in_flight.values()):
             # KIP-360: nothing in flight any more, so renumber under a new epoch.
             self.pid.begin_bump()
             for dq in self.acc.batches.values():
                 for b in dq:
                     b.base_sequence = -1
-        if self.pid is not None and self.pid.bump_needed:
+        if self.pid is not None and self.pid.bump_needed and txn is None:
             return min(delay, 0.05)  # wait for in-flight requests to finish first
         if self.pid is not None and not self.pid.ready:
+            if txn is not None:  # init_transactions() gets the id, not the Sender
+                return delay
             if self.pid.error is not None:
                 self.acc.abort_all(self.pid.error)
                 return delay
@@ -177,6 +198,12 @@ class Sender:
                                      muted, self._may_send if self.pid else None)
             for node, batches in drained.items():
                 self._send_produce(node, batches, cluster, now)
+        if txn is not None:
+            due = txn.add_due(now)
+            if due <= 0:
+                txn.start_add()
+            else:
+                delay = min(delay, due)
         delay = min(delay, res.next_check)
         oldest = self.acc.oldest_queued()
         if oldest is not None:
@@ -201,8 +228,12 @@ class Sender:
 
         A retried batch goes out only when nothing before it is in flight, and a
         partition with no acknowledged batch yet (under this producer id and epoch)
-        has one batch in flight at most.
+        has one batch in flight at most. Transactions: a batch waits until its
+        partition was added to the transaction (AddPartitionsToTxn).
         """
+        txn = self.txn
+        if txn is not None and not txn.may_send(batch.tp):
+            return False
         flying = self.in_flight.get(batch.tp)
         if not flying:
             return True
@@ -220,7 +251,7 @@ class Sender:
             for b in batches:
                 self.acc.reenqueue(b, now)
             return
-        version = conn.version_for(_PRODUCE, 9, 13)
+        version = conn.version_for(_PRODUCE, 9, 13 if self.txn is None else _TXN_PRODUCE_MAX)
         by_topic: dict[str, list[tuple[int, memoryview]]] = {}
         for b in batches:
             self._close_batch(b)
@@ -233,7 +264,7 @@ class Sender:
                 version = min(version, 12)
             topics.append((topic, tid, parts))
         body = encode_produce_body(
-            version, transactional_id=None, acks=self.acks,
+            version, transactional_id=self.transactional_id, acks=self.acks,
             timeout_ms=self.request_timeout_ms, topics=topics,
         )
         for b in batches:
@@ -265,7 +296,8 @@ class Sender:
             if b.closed:  # renumbered after an epoch bump
                 b.builder.set_producer_state(b.producer_id, b.producer_epoch, b.base_sequence)
             else:
-                b.builder.close(b.producer_id, b.producer_epoch, b.base_sequence)
+                b.builder.close(b.producer_id, b.producer_epoch, b.base_sequence,
+                                self.txn is not None)
                 self.acc.batch_closed(b)
         elif (b.producer_id, b.producer_epoch) != (pid.producer_id, pid.epoch):
             b.producer_id, b.producer_epoch = pid.producer_id, pid.epoch
@@ -337,9 +369,18 @@ class Sender:
             self.wakeup()
 
     def _retry_or_fail(self, b: ProducerBatch, exc: BaseException, now: float) -> None:
+        txn = self.txn
+        if txn is not None and isinstance(exc, BrokerResponseError) \
+                and int(exc.code) in _FENCED:
+            self._fail(b, txn.fenced(int(exc.code), str(exc)))  # fatal: no retries
+            return
         retriable = bool(getattr(exc, "retriable", False))
         pid = self.pid
-        if pid is not None and b.base_sequence >= 0:
+        if pid is not None and b.base_sequence >= 0 and txn is not None \
+                and isinstance(exc, UnknownProducerIdError):
+            # The transaction cannot be completed: abort it (the epoch is bumped then).
+            retriable = False
+        elif pid is not None and b.base_sequence >= 0:
             if isinstance(exc, OutOfOrderSequenceError) and (
                     self._earlier_pending(b) or pid.bump_needed
                     or not pid.is_next_sequence(b.tp, b.base_sequence)):
@@ -376,6 +417,15 @@ class Sender:
         if self.pid is not None and b.base_sequence >= 0:
             self.pid.batch_failed(b.tp)
         self.acc.complete(b, -1, -1, exc)
+        if self.txn is not None:
+            self.txn.fail(exc)
+
+    def _abort_queued(self, error: KafkaError) -> None:
+        """Transactions: fail the queued batches of an aborted or failed transaction."""
+        failed = self.acc.abort_queued(error)
+        if self.pid is not None and any(b.base_sequence >= 0 for b in failed):
+            self.pid.bump_needed = True
+        log.debug("failed %d queued batch(es): %s", len(failed), error)
 
     def _expiry_text(self, b: ProducerBatch, now: float, cause: BaseException | None) -> str:
         text = (f"{b.record_count} record(s) for {b.topic}-{b.partition} expired: "

@@ -399,7 +399,7 @@ class KafkaClient:
         async def op(node: int, remaining: float) -> MetadataResponse:
             return await self._metadata_from(node, topics, remaining)
 
-        return await self._on_any_node(op, timeout, "fetch metadata")
+        return await self.on_any_node(op, timeout, "fetch metadata")
 
     async def _metadata_from(self, node: int, topics: Sequence[str] | None,
                              timeout_s: float) -> MetadataResponse:
@@ -451,7 +451,7 @@ class KafkaClient:
                 raise for_code(code, f"cannot create topic {t.name!r}" +
                                (f": {msg}" if msg else ""))
 
-        await self._on_any_node(op, timeout_s + _ADMIN_SLACK_S, "create topics")
+        await self.on_any_node(op, timeout_s + _ADMIN_SLACK_S, "create topics")
 
     async def delete_topics(self, names: Sequence[str], timeout_s: float, *,
                             missing_ok: bool = False) -> None:
@@ -480,7 +480,7 @@ class KafkaClient:
                 raise for_code(code, f"cannot delete topic {t.name!r}" +
                                (f": {msg}" if msg else ""))
 
-        await self._on_any_node(op, timeout_s + _ADMIN_SLACK_S, "delete topics")
+        await self.on_any_node(op, timeout_s + _ADMIN_SLACK_S, "delete topics")
 
     # -- shutdown ----------------------------------------------------------------------
 
@@ -638,8 +638,8 @@ class KafkaClient:
         except asyncio.TimeoutError:
             raise RequestTimedOutError(f"no answer within {timeout_s:.3g} s") from None
 
-    async def _on_any_node(self, op: Callable[[int, float], Awaitable[T]], timeout_s: float,
-                           what: str) -> T:
+    async def on_any_node(self, op: Callable[[int, float], Awaitable[T]], timeout_s: float,
+                          what: str) -> T:
         """Run ``op(node, remaining_s)`` on the least-loaded node, moving on to other
         nodes after connection-level failures, until ``timeout_s`` runs out."""
         self._check_open()

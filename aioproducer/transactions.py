@@ -1,0 +1,685 @@
+"""Transactions: the state machine and the coordinator requests (Java's TransactionManager).
+
+A transactional producer talks to two coordinators besides the partition leaders:
+the *transaction coordinator* of its ``transactional_id`` (InitProducerId,
+AddPartitionsToTxn, AddOffsetsToTxn, EndTxn) and the *group coordinator* of a
+consumer group (TxnOffsetCommit). Both are found with FindCoordinator and looked up
+again when a broker says it is no longer the coordinator.
+
+We speak the classic protocol (transaction version 1, as the Java client does with
+brokers that do not offer version 2 to it): every partition is added with
+AddPartitionsToTxn before the first batch goes to it, Produce is capped at v11,
+EndTxn at v4. Kafka 4.x brokers accept both.
+
+States, and what moves between them::
+
+    UNINITIALIZED --init_transactions()--> READY --begin_transaction()--> IN_TRANSACTION
+    IN_TRANSACTION --commit_transaction()--> COMMITTING --EndTxn--> READY
+    IN_TRANSACTION / ABORTABLE_ERROR --abort_transaction()--> ABORTING --EndTxn--> READY
+    IN_TRANSACTION --a batch or request fails--> ABORTABLE_ERROR
+    any --fenced or not authorized--> FATAL_ERROR (only close() is left)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import enum
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
+
+from .config import ProducerConfig
+from .errors import (
+    BrokerResponseError,
+    IllegalStateError,
+    KafkaConnectionError,
+    KafkaError,
+    KafkaTimeoutError,
+    ProducerFencedError,
+    ProtocolError,
+    RequestTimedOutError,
+    TransactionAbortableError,
+    TransactionAbortedError,
+    TransactionalIdAuthorizationError,
+    for_code,
+)
+from .net.client import KafkaClient
+from .net.connection import BrokerConnection
+from .producer_id import ProducerIdManager
+
+__all__ = ["GroupMetadata", "TransactionManager", "TxnState"]
+
+log = logging.getLogger("aioproducer.transactions")
+
+TopicPartition = tuple[str, int]
+
+_FIND_COORDINATOR = 10
+_INIT_PRODUCER_ID = 22
+_ADD_PARTITIONS_TO_TXN = 24
+_ADD_OFFSETS_TO_TXN = 25
+_END_TXN = 26
+_TXN_OFFSET_COMMIT = 28
+
+_GROUP, _TRANSACTION = 0, 1
+
+# The broker moved the coordinator, or it is not ready yet: find it (again) and retry.
+_COORDINATOR_MOVED = frozenset({int(ErrorCode.not_coordinator),
+                                int(ErrorCode.coordinator_not_available)})
+# Try the same coordinator again after a short backoff.
+_RETRY_LATER = frozenset({int(ErrorCode.coordinator_load_in_progress),
+                          int(ErrorCode.concurrent_transactions),
+                          int(ErrorCode.request_timed_out)})
+# Another producer took over the transactional id.
+_FENCED = frozenset({int(ErrorCode.producer_fenced), int(ErrorCode.invalid_producer_epoch),
+                     int(ErrorCode.transaction_coordinator_fenced)})
+# Errors after which this producer can do nothing more.
+_FATAL = _FENCED | {int(ErrorCode.transactional_id_authorization_failed),
+                    int(ErrorCode.invalid_txn_state),
+                    int(ErrorCode.invalid_transaction_timeout),
+                    int(ErrorCode.unsupported_for_message_format),
+                    int(ErrorCode.cluster_authorization_failed)}
+_NOT_ATTEMPTED = int(ErrorCode.operation_not_attempted)
+
+# A CONCURRENT_TRANSACTIONS answer usually clears within milliseconds (the previous
+# transaction's markers are being written); Java retries it after 20 ms too.
+_SHORT_BACKOFF = 0.02
+
+
+class TxnState(enum.Enum):
+    UNINITIALIZED = "uninitialized"
+    READY = "ready"
+    IN_TRANSACTION = "in a transaction"
+    COMMITTING = "committing"
+    ABORTING = "aborting"
+    ABORTABLE_ERROR = "in an abortable error"
+    FATAL_ERROR = "in a fatal error"
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMetadata:
+    """The consumer group a transaction commits offsets for.
+
+    ``generation_id``/``member_id``/``group_instance_id`` let the group coordinator
+    fence a zombie member (KIP-447); leave them at their defaults when the consumer
+    assigns partitions itself instead of joining the group.
+    """
+
+    group_id: str
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
+
+
+def _kio(api: str, version: int) -> tuple[Any, Any]:
+    import importlib
+
+    mod = f"kio.schema.{api}.v{version}"
+    req = importlib.import_module(f"{mod}.request")
+    resp = importlib.import_module(f"{mod}.response")
+    return req, resp
+
+
+def _timedelta_ms(ms: int) -> i32Timedelta:
+    return i32Timedelta.parse(datetime.timedelta(milliseconds=ms))
+
+
+def group_metadata_of(group: str | GroupMetadata | Any) -> GroupMetadata:
+    """Accept a group id, a :class:`GroupMetadata`, or any object with the same fields
+    (aiokafka's and kafka-python's consumers expose them)."""
+    if isinstance(group, GroupMetadata):
+        return group
+    if isinstance(group, str):
+        if not group:
+            raise IllegalStateError("send_offsets_to_transaction(): the group id is empty")
+        return GroupMetadata(group)
+    gid = getattr(group, "group_id", None)
+    if not isinstance(gid, str) or not gid:
+        raise TypeError(
+            "group_metadata must be a group id (str), an aioproducer.GroupMetadata, or an "
+            f"object with a 'group_id' attribute; got {type(group).__name__}")
+    gen = getattr(group, "generation_id", -1)
+    member = getattr(group, "member_id", "")
+    instance = getattr(group, "group_instance_id", None)
+    return GroupMetadata(gid, int(gen) if gen is not None else -1, str(member or ""),
+                         instance if isinstance(instance, str) else None)
+
+
+def offsets_of(offsets: Mapping[Any, Any] | Iterable[Any]
+               ) -> dict[str, list[tuple[int, int, str | None]]]:
+    """``{(topic, partition): offset | (offset, metadata)}``, or an iterable of objects
+    with ``topic``/``partition``/``offset`` (confluent-kafka's ``TopicPartition``), as
+    ``{topic: [(partition, offset, metadata)]}``. Offsets are the *next* offset to read."""
+    out: dict[str, list[tuple[int, int, str | None]]] = {}
+    items: Iterable[tuple[Any, Any]] = (
+        offsets.items() if isinstance(offsets, Mapping) else ((x, x) for x in offsets))
+    for key, val in items:
+        if isinstance(key, tuple) and len(key) == 2:
+            topic, partition = key
+        else:
+            topic, partition = getattr(key, "topic", None), getattr(key, "partition", None)
+        metadata: str | None = None
+        if isinstance(val, tuple):
+            offset, metadata = val
+        elif isinstance(val, int):
+            offset = val
+        else:
+            offset = getattr(val, "offset", None)
+            metadata = getattr(val, "metadata", None)
+        if not isinstance(topic, str) or not isinstance(partition, int) \
+                or not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            raise TypeError(
+                "offsets must map (topic, partition) to a next offset >= 0 (or to "
+                f"(offset, metadata)); got {key!r}: {val!r}")
+        out.setdefault(topic, []).append((partition, offset, metadata))
+    return out
+
+
+class TransactionManager:
+    """The transactional state of one producer; the Sender asks it before sending."""
+
+    def __init__(self, client: KafkaClient, config: ProducerConfig,
+                 pid: ProducerIdManager, wakeup: Callable[[], None]) -> None:
+        assert config.transactional_id is not None
+        self.transactional_id: str = config.transactional_id
+        self._client = client
+        self._pid = pid
+        self._wakeup = wakeup
+        self._timeout_ms = config.transaction_timeout_ms
+        self._max_block_s = config.max_block_ms / 1000.0
+        self._request_timeout_s = config.request_timeout_ms / 1000.0
+        self._backoff = config.retry_backoff_ms / 1000.0
+        self._backoff_max = config.retry_backoff_max_ms / 1000.0
+        self.state = TxnState.UNINITIALIZED
+        self.error: KafkaError | None = None
+        self.added: set[TopicPartition] = set()
+        self.pending: set[TopicPartition] = set()
+        self._started = False  # something was added: the coordinator knows the transaction
+        self._add_task: asyncio.Task[None] | None = None
+        self._add_next = 0.0
+        self._add_failures = 0
+        self._coordinators: dict[tuple[int, str], int] = {}
+        self._busy: str | None = None
+        self._retrying_end: bool | None = None  # an EndTxn that timed out: commit or abort
+
+    # -- checks --------------------------------------------------------------------
+
+    def check_send(self) -> None:
+        """Raise unless records may be appended now (called by send())."""
+        if self.state is not TxnState.IN_TRANSACTION:
+            raise self._state_error("send()")
+
+    def _state_error(self, what: str) -> KafkaError:
+        st = self.state
+        if st is TxnState.FATAL_ERROR:
+            return self._fatal_copy()
+        if st is TxnState.ABORTABLE_ERROR:
+            err = TransactionAbortableError(
+                f"{what}: the transaction failed and must be aborted with "
+                f"abort_transaction(): {self.error}")
+            err.__cause__ = self.error
+            return err
+        if st is TxnState.UNINITIALIZED:
+            return IllegalStateError(f"{what}: call init_transactions() first")
+        if st is TxnState.READY:
+            return IllegalStateError(
+                f"{what}: no transaction in progress; call begin_transaction() first")
+        if st is TxnState.IN_TRANSACTION:
+            return IllegalStateError(f"{what}: a transaction is already in progress")
+        return IllegalStateError(f"{what}: the producer is {st.value} the transaction")
+
+    def _fatal_copy(self) -> KafkaError:
+        err = self.error
+        if isinstance(err, BrokerResponseError):
+            copy: KafkaError = type(err)(f"transactional_id {self.transactional_id!r}: "
+                                         "the producer is no longer usable",
+                                         code=err.code)
+        else:
+            copy = IllegalStateError(f"the transactional producer failed: {err}")
+        copy.__cause__ = err
+        return copy
+
+    def _enter(self, what: str, *allowed: TxnState) -> None:
+        if self._busy is not None:
+            raise IllegalStateError(f"{what}: {self._busy} is still running")
+        if self.state not in allowed:
+            raise self._state_error(what)
+
+    @property
+    def blocks_queued(self) -> KafkaError | None:
+        """The error to fail queued batches with, when they must not be sent."""
+        st = self.state
+        if st is TxnState.FATAL_ERROR:
+            return self._fatal_copy()
+        if st is TxnState.ABORTABLE_ERROR or st is TxnState.ABORTING:
+            return TransactionAbortedError(
+                "the record's transaction was aborted before it was sent"
+                + (f" (after: {self.error})" if self.error is not None else ""))
+        return None
+
+    # -- state changes from the Sender ------------------------------------------------
+
+    def fail(self, exc: BaseException) -> None:
+        """A batch or a request of this transaction failed."""
+        if self.state is TxnState.FATAL_ERROR:
+            return
+        if isinstance(exc, (ProducerFencedError, TransactionalIdAuthorizationError)):
+            self._to_fatal(exc)
+        elif self.state in (TxnState.IN_TRANSACTION, TxnState.COMMITTING):
+            self.error = exc if isinstance(exc, KafkaError) else KafkaError(str(exc))
+            self.state = TxnState.ABORTABLE_ERROR
+            log.warning("transaction of %r must be aborted: %s", self.transactional_id, exc)
+        self._wakeup()
+
+    def _to_fatal(self, exc: BaseException) -> None:
+        self.error = exc if isinstance(exc, KafkaError) else KafkaError(str(exc))
+        self.state = TxnState.FATAL_ERROR
+        log.error("transactional producer %r can no longer be used: %s",
+                  self.transactional_id, exc)
+
+    def fenced(self, code: int, message: str | None = None) -> KafkaError:
+        """The error for a fencing code from a partition leader (fatal)."""
+        err = ProducerFencedError(
+            f"transactional_id {self.transactional_id!r} was taken over by a newer "
+            f"producer ({ErrorCode(code).name.upper()}" + (f": {message})" if message else ")"))
+        self._to_fatal(err)
+        return err
+
+    def may_send(self, tp: TopicPartition) -> bool:
+        """Whether batches of ``tp`` may go out (the partition is in the transaction)."""
+        if tp in self.added:
+            return True
+        self.pending.add(tp)
+        return False
+
+    def add_due(self, now: float) -> float:
+        """Seconds until AddPartitionsToTxn should be sent (<= 0: now; inf: nothing to do)."""
+        if not self.pending or self._add_task is not None:
+            return float("inf")
+        if self.state not in (TxnState.IN_TRANSACTION, TxnState.COMMITTING):
+            return float("inf")
+        return self._add_next - now
+
+    def start_add(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._add_task = loop.create_task(self._add_partitions())
+
+    async def _add_partitions(self) -> None:
+        tps = sorted(self.pending)
+        try:
+            await self._add_partitions_once(tps)
+        except asyncio.CancelledError:
+            raise
+        except KafkaError as exc:
+            if exc.retriable:
+                self._add_failures += 1
+                delay = min(self._backoff * 2 ** (self._add_failures - 1), self._backoff_max)
+                self._add_next = asyncio.get_running_loop().time() + delay
+                log.debug("AddPartitionsToTxn failed (%s); retrying in %.0f ms", exc,
+                          delay * 1000)
+            else:
+                self.fail(exc)
+        else:
+            self._add_failures = 0
+            self.pending.difference_update(tps)
+            self.added.update(tps)
+            self._started = True
+        finally:
+            self._add_task = None
+            self._wakeup()
+
+    async def _add_partitions_once(self, tps: list[TopicPartition]) -> None:
+        by_topic: dict[str, list[int]] = {}
+        for t, p in tps:
+            by_topic.setdefault(t, []).append(p)
+
+        async def call(conn: BrokerConnection) -> int:
+            version = conn.version_for(_ADD_PARTITIONS_TO_TXN, 0, 3)
+            req_m, resp_m = _kio("add_partitions_to_txn", version)
+            req = req_m.AddPartitionsToTxnRequest(
+                v3_and_below_transactional_id=self.transactional_id,
+                v3_and_below_producer_id=i64(self._pid.producer_id),
+                v3_and_below_producer_epoch=i16(self._pid.epoch),
+                v3_and_below_topics=tuple(
+                    req_m.AddPartitionsToTxnTopic(name=t, partitions=tuple(i32(p) for p in ps))
+                    for t, ps in by_topic.items()),
+            )
+            resp = await conn.request(req, resp_m.AddPartitionsToTxnResponse)
+            worst = 0
+            for topic in resp.results_by_topic_v3_and_below:
+                for part in topic.results_by_partition:
+                    code = int(part.partition_error_code)
+                    if code and code != _NOT_ATTEMPTED and worst == 0:
+                        worst = code
+            return worst
+
+        # The Sender retries on its own schedule: one attempt per call here, bounded.
+        await self._coordinator_call(_TRANSACTION, self.transactional_id,
+                                     "AddPartitionsToTxn", call, self._request_timeout_s,
+                                     retry=False)
+
+    # -- the public operations -------------------------------------------------------
+
+    async def init(self) -> None:
+        """init_transactions(): get a producer id and epoch for the transactional id.
+
+        The coordinator fences older producers with the same id and finishes (aborts)
+        a transaction one of them left open.
+        """
+        self._enter("init_transactions()", TxnState.UNINITIALIZED)
+        self._busy = "init_transactions()"
+        try:
+            await self._init_producer_id(bump=False)
+        finally:
+            self._busy = None
+        self.state = TxnState.READY
+        log.info("transactional producer %r: producer id %d epoch %d", self.transactional_id,
+                 self._pid.producer_id, self._pid.epoch)
+
+    def begin(self) -> None:
+        self._enter("begin_transaction()", TxnState.READY)
+        self.added.clear()
+        self.pending.clear()
+        self._started = False
+        self.error = None
+        self.state = TxnState.IN_TRANSACTION
+
+    async def commit(self, flush: Callable[[], Awaitable[None]]) -> None:
+        if self.state is TxnState.COMMITTING and self._retrying_end is True \
+                and self._busy is None:
+            await self._finish(True)  # a timed-out commit, called again
+            return
+        self._enter("commit_transaction()", TxnState.IN_TRANSACTION)
+        self._busy = "commit_transaction()"
+        self.state = TxnState.COMMITTING
+        try:
+            await flush()
+            if self._add_task is not None:
+                await asyncio.shield(self._add_task)
+        except BaseException:
+            if self.state is TxnState.COMMITTING:
+                self.state = TxnState.IN_TRANSACTION
+            self._busy = None
+            raise
+        self._busy = None
+        if self.state is not TxnState.COMMITTING:  # a batch failed while flushing
+            raise self._state_error("commit_transaction()")
+        if self.pending:  # cannot happen: flush() only returns once every batch is out
+            self.fail(IllegalStateError(
+                f"partitions {sorted(self.pending)} were never added to the transaction"))
+            raise self._state_error("commit_transaction()")
+        await self._finish(True)
+
+    async def abort(self, abort_queued: Callable[[KafkaError], None],
+                    wait_in_flight: Callable[[], Awaitable[None]]) -> None:
+        if self.state is TxnState.ABORTING and self._retrying_end is False \
+                and self._busy is None:
+            await self._finish(False)
+            return
+        self._enter("abort_transaction()", TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR)
+        self._busy = "abort_transaction()"
+        self.state = TxnState.ABORTING
+        try:
+            err = self.blocks_queued
+            assert err is not None
+            abort_queued(err)
+            await wait_in_flight()
+            if self._add_task is not None:
+                await asyncio.shield(self._add_task)
+        finally:
+            self._busy = None
+        if self.state is not TxnState.ABORTING:
+            raise self._state_error("abort_transaction()")
+        await self._finish(False)
+
+    async def _finish(self, commit: bool) -> None:
+        what = "commit_transaction()" if commit else "abort_transaction()"
+        self._busy = what
+        self._retrying_end = commit
+        try:
+            if self._started:
+                await self._end_txn(commit)
+            if self._pid.bump_needed:
+                # A batch of this transaction failed with a sequence number: start the
+                # sequences over under a new epoch before the next transaction.
+                await self._init_producer_id(bump=True)
+        except KafkaTimeoutError:
+            raise  # state unchanged: the same call may be repeated
+        except KafkaError as exc:
+            if self.state is not TxnState.FATAL_ERROR:
+                if commit:
+                    self.error = exc
+                    self.state = TxnState.ABORTABLE_ERROR
+                else:
+                    self._to_fatal(exc)
+            raise
+        finally:
+            self._busy = None
+        self._retrying_end = None
+        self.added.clear()
+        self.pending.clear()
+        self._started = False
+        self.error = None
+        self.state = TxnState.READY
+        log.debug("transaction of %r %s", self.transactional_id,
+                  "committed" if commit else "aborted")
+
+    async def send_offsets(self, offsets: Mapping[Any, Any] | Iterable[Any],
+                           group_metadata: str | GroupMetadata | Any) -> None:
+        self._enter("send_offsets_to_transaction()", TxnState.IN_TRANSACTION)
+        group = group_metadata_of(group_metadata)
+        by_topic = offsets_of(offsets)
+        self._busy = "send_offsets_to_transaction()"
+        try:
+            await self._add_offsets(group.group_id)
+            self._started = True
+            if by_topic:
+                await self._txn_offset_commit(group, by_topic)
+        except KafkaTimeoutError:
+            raise
+        except KafkaError as exc:
+            self.fail(exc)
+            raise self._state_error("send_offsets_to_transaction()") from exc
+        finally:
+            self._busy = None
+
+    # -- requests ----------------------------------------------------------------------
+
+    async def _init_producer_id(self, bump: bool) -> None:
+        async def call(conn: BrokerConnection) -> int:
+            lo = 3 if bump else 0
+            version = conn.version_for(_INIT_PRODUCER_ID, lo, 5)
+            req_m, resp_m = _kio("init_producer_id", version)
+            fields: dict[str, Any] = {
+                "transactional_id": self.transactional_id,
+                "transaction_timeout": _timedelta_ms(self._timeout_ms),
+            }
+            if version >= 3:
+                fields["producer_id"] = i64(self._pid.producer_id if bump else -1)
+                fields["producer_epoch"] = i16(self._pid.epoch if bump else -1)
+            resp = await conn.request(req_m.InitProducerIdRequest(**fields),
+                                      resp_m.InitProducerIdResponse)
+            code = int(resp.error_code)
+            if code == 0:
+                self._pid.assign(int(resp.producer_id), int(resp.producer_epoch))
+            return code
+
+        await self._coordinator_call(_TRANSACTION, self.transactional_id, "InitProducerId",
+                                     call, self._max_block_s)
+
+    async def _end_txn(self, commit: bool) -> None:
+        async def call(conn: BrokerConnection) -> int:
+            version = conn.version_for(_END_TXN, 0, 4)
+            req_m, resp_m = _kio("end_txn", version)
+            resp = await conn.request(req_m.EndTxnRequest(
+                transactional_id=self.transactional_id,
+                producer_id=i64(self._pid.producer_id), producer_epoch=i16(self._pid.epoch),
+                committed=commit), resp_m.EndTxnResponse)
+            return int(resp.error_code)
+
+        await self._coordinator_call(_TRANSACTION, self.transactional_id,
+                                     "EndTxn (commit)" if commit else "EndTxn (abort)",
+                                     call, self._max_block_s)
+
+    async def _add_offsets(self, group_id: str) -> None:
+        async def call(conn: BrokerConnection) -> int:
+            version = conn.version_for(_ADD_OFFSETS_TO_TXN, 0, 4)
+            req_m, resp_m = _kio("add_offsets_to_txn", version)
+            resp = await conn.request(req_m.AddOffsetsToTxnRequest(
+                transactional_id=self.transactional_id,
+                producer_id=i64(self._pid.producer_id), producer_epoch=i16(self._pid.epoch),
+                group_id=group_id), resp_m.AddOffsetsToTxnResponse)
+            return int(resp.error_code)
+
+        await self._coordinator_call(_TRANSACTION, self.transactional_id, "AddOffsetsToTxn",
+                                     call, self._max_block_s)
+
+    async def _txn_offset_commit(self, group: GroupMetadata,
+                                 by_topic: dict[str, list[tuple[int, int, str | None]]]
+                                 ) -> None:
+        async def call(conn: BrokerConnection) -> int:
+            version = conn.version_for(_TXN_OFFSET_COMMIT, 0, 4)
+            req_m, resp_m = _kio("txn_offset_commit", version)
+            part_t = req_m.TxnOffsetCommitRequestPartition
+            part_fields = {f for f in part_t.__dataclass_fields__}
+            topics = []
+            for name, parts in by_topic.items():
+                built = []
+                for p, off, meta in parts:
+                    pf: dict[str, Any] = {"partition_index": i32(p),
+                                          "committed_offset": i64(off),
+                                          "committed_metadata": meta}
+                    if "committed_leader_epoch" in part_fields:
+                        pf["committed_leader_epoch"] = i32(-1)
+                    built.append(part_t(**pf))
+                topics.append(req_m.TxnOffsetCommitRequestTopic(name=name,
+                                                                 partitions=tuple(built)))
+            fields: dict[str, Any] = {
+                "transactional_id": self.transactional_id, "group_id": group.group_id,
+                "producer_id": i64(self._pid.producer_id),
+                "producer_epoch": i16(self._pid.epoch), "topics": tuple(topics)}
+            if version >= 3:
+                fields.update(generation_id=i32(group.generation_id),
+                              member_id=group.member_id,
+                              group_instance_id=group.group_instance_id)
+            resp = await conn.request(req_m.TxnOffsetCommitRequest(**fields),
+                                      resp_m.TxnOffsetCommitResponse)
+            worst = 0
+            for topic in resp.topics:
+                for part in topic.partitions:
+                    code = int(part.error_code)
+                    if code and worst == 0:
+                        worst = code
+            return worst
+
+        await self._coordinator_call(_GROUP, group.group_id, "TxnOffsetCommit", call,
+                                     self._max_block_s)
+
+    # -- coordinators ----------------------------------------------------------------
+
+    async def _coordinator_call(self, key_type: int, key: str, what: str,
+                                call: Callable[[BrokerConnection], Awaitable[int]],
+                                timeout_s: float, *, retry: bool = True) -> None:
+        """Run ``call`` on the coordinator for ``key`` until it answers 0, an error
+        that is not retriable (raised), or ``timeout_s`` passes (KafkaTimeoutError)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        failures = 0
+        last: BaseException | None = None
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            try:
+                node = await self._coordinator(key_type, key, remaining)
+                conn = await self._client.connect(node, remaining)
+                code = await asyncio.wait_for(call(conn), min(remaining,
+                                                              self._request_timeout_s))
+            except asyncio.TimeoutError:
+                last = RequestTimedOutError(f"{what}: no answer")
+                self._coordinators.pop((key_type, key), None)
+            except (KafkaConnectionError, RequestTimedOutError, ProtocolError) as exc:
+                last = exc
+                self._coordinators.pop((key_type, key), None)
+            else:
+                if code == 0:
+                    return
+                err = for_code(code, what)
+                if code in _FENCED:
+                    err = ProducerFencedError(
+                        f"{what}: transactional_id {self.transactional_id!r} was taken over "
+                        f"by a newer producer ({ErrorCode(code).name.upper()})")
+                if code in _FATAL:
+                    self._to_fatal(err)
+                    raise err
+                if code in _COORDINATOR_MOVED:
+                    self._coordinators.pop((key_type, key), None)
+                elif code not in _RETRY_LATER:
+                    raise err
+                last = err
+            if not retry:
+                assert last is not None
+                if isinstance(last, KafkaError):
+                    last.retriable = True
+                    raise last
+                raise KafkaConnectionError(str(last))
+            failures += 1
+            if isinstance(last, BrokerResponseError) and \
+                    int(last.code) == int(ErrorCode.concurrent_transactions):
+                delay = _SHORT_BACKOFF
+            else:
+                delay = min(self._backoff * 2 ** min(failures - 1, 16), self._backoff_max)
+            log.debug("%s for %r failed (%s); retrying in %.0f ms", what, key, last,
+                      delay * 1000)
+            await asyncio.sleep(min(delay, max(0.0, deadline - loop.time())))
+        raise KafkaTimeoutError(
+            f"{what} for {key!r} did not complete within {timeout_s * 1000:.0f} ms"
+            + (f"; last error: {last}" if last is not None else "")
+            + "; the same call may be retried")
+
+    async def _coordinator(self, key_type: int, key: str, timeout_s: float) -> int:
+        cached = self._coordinators.get((key_type, key))
+        if cached is not None:
+            return cached
+        client = self._client
+
+        async def op(node: int, remaining: float) -> int:
+            conn = await client.connect(node, remaining)
+            version = conn.version_for(_FIND_COORDINATOR, 1, 6)
+            req_m, resp_m = _kio("find_coordinator", version)
+            if version >= 4:
+                resp = await conn.request(req_m.FindCoordinatorRequest(
+                    key_type=i8(key_type), coordinator_keys=(key,)),
+                    resp_m.FindCoordinatorResponse)
+                if not resp.coordinators:
+                    raise ProtocolError("FindCoordinator answered no coordinator")
+                c = resp.coordinators[0]
+                code, nid, host, port = int(c.error_code), int(c.node_id), c.host, int(c.port)
+            else:
+                resp = await conn.request(req_m.FindCoordinatorRequest(
+                    key=key, key_type=i8(key_type)), resp_m.FindCoordinatorResponse)
+                code, nid, host = int(resp.error_code), int(resp.node_id), resp.host
+                port = int(resp.port)
+            if code != 0:
+                err = for_code(code, "FindCoordinator")
+                if code in _COORDINATOR_MOVED or code in _RETRY_LATER:
+                    # Not a connection problem, but worth another try after a pause
+                    # (the coordinator's internal topic may still be being created).
+                    await asyncio.sleep(self._backoff)
+                    raise KafkaConnectionError(f"FindCoordinator for {key!r}: {err}")
+                if code in _FATAL:
+                    self._to_fatal(err)
+                raise err
+            nodes = client.nodes
+            if nodes.get(nid) != (host, port):
+                nodes[nid] = (host, port)
+                client.update_nodes(nodes)
+            return nid
+
+        nid = await client.on_any_node(op, timeout_s, "find the coordinator")
+        self._coordinators[(key_type, key)] = nid
+        return nid
