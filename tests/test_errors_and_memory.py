@@ -14,6 +14,7 @@ from kafka_util import consume_all
 from aioproducer import (
     BufferExhaustedError,
     ConfigError,
+    DeliveryTimeoutError,
     IllegalStateError,
     KafkaConnectionError,
     PartitionError,
@@ -167,3 +168,28 @@ async def test_send_that_cannot_get_memory_times_out_and_loses_nothing(
     assert [m.offset for m in metas] == list(range(1, len(held) + 1))
     got = consume_all(kafka_bootstrap, topic, len(held) + 1)
     assert [m.value for m in got[1:]] == [i.to_bytes(4, "big") * 250 for i in range(len(held))]
+
+
+async def test_record_after_an_expired_open_batch_goes_into_a_new_batch(
+        kafka_bootstrap: str, topic_factory: Any) -> None:
+    """A batch that expires while still open (its leader unreachable, so never sent)
+    gives its memory back; later sends must not append into it."""
+    topic = topic_factory(partitions=1)
+    async with ProxyCluster.start(kafka_bootstrap) as proxies, \
+            Producer(bootstrap_servers=proxies.bootstrap, linger_ms=0,
+                     request_timeout_ms=800, delivery_timeout_ms=1200,
+                     reconnect_backoff_ms=50, reconnect_backoff_max_ms=200) as producer:
+        await producer.send_and_wait(topic, b"warm-up")
+        proxies.refuse_connections(True)
+        proxies.drop_connections()
+        await asyncio.sleep(0.2)
+        stale = await producer.send(topic, b"expires")
+        with pytest.raises(DeliveryTimeoutError):
+            await stale
+        proxies.refuse_connections(False)
+        fresh = await producer.send(topic, b"delivered")  # the native fast path
+        assert fresh.batch is not stale.batch
+        md = await asyncio.wait_for(fresh, 30)
+    got = consume_all(kafka_bootstrap, topic, 2)
+    assert [r.value for r in got] == [b"warm-up", b"delivered"]
+    assert got[1].offset == md.offset
