@@ -10,12 +10,21 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from .compression import validate_level
 from .errors import ConfigError
+from .net.security import (
+    SASL_MECHANISMS,
+    SECURITY_PROTOCOLS,
+    Secret,
+    Security,
+    TokenProvider,
+    make_ssl_context,
+)
 
 __all__ = ["Partitioner", "ProducerConfig", "Serializer"]
 
@@ -98,6 +107,30 @@ class ProducerConfig:
     transaction_timeout_ms: int = 60000
     """``transaction.timeout.ms``: the coordinator aborts a transaction left open longer."""
 
+    security_protocol: str = "PLAINTEXT"
+    """``security.protocol``: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL."""
+    ssl_context: ssl.SSLContext | None = field(default=None, repr=False)
+    """A ready ``ssl.SSLContext`` (else one is built from the ``ssl_*`` files)."""
+    ssl_cafile: str | None = None
+    """PEM file of the CA(s) that signed the brokers' certificates (default: system CAs)."""
+    ssl_certfile: str | None = None
+    """PEM client certificate, for brokers that require mutual TLS."""
+    ssl_keyfile: str | None = None
+    """PEM private key of ``ssl_certfile`` (if not in the same file)."""
+    ssl_password: str | None = field(default=None, repr=False)
+    """Password of ``ssl_keyfile``."""
+    ssl_check_hostname: bool = True
+    """Check that the broker's certificate names the host connected to."""
+    sasl_mechanism: str = "PLAIN"
+    """``sasl.mechanism``: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER."""
+    sasl_plain_username: str | None = None
+    """User name for PLAIN and SCRAM."""
+    sasl_plain_password: str | None = field(default=None, repr=False)
+    """Password for PLAIN and SCRAM."""
+    sasl_oauth_token_provider: TokenProvider | None = field(default=None, repr=False)
+    """OAUTHBEARER: ``async () -> token`` or ``-> (token, {extension: value})``, called
+    at every (re-)authentication."""
+
     _explicit: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
 
     @classmethod
@@ -167,6 +200,7 @@ class ProducerConfig:
         if self.transactional_id is not None and (
                 not isinstance(self.transactional_id, str) or not self.transactional_id):
             raise ConfigError("transactional_id must be a non-empty str (or None)")
+        self._check_security()
         if self.retry_backoff_max_ms < self.retry_backoff_ms:
             raise ConfigError("retry_backoff_max_ms must be >= retry_backoff_ms")
         if self.delivery_timeout_ms < self.linger_ms + self.request_timeout_ms:
@@ -213,6 +247,60 @@ class ProducerConfig:
             "lz4": self.compression_lz4_level,
             "zstd": self.compression_zstd_level,
         }.get(self.compression_type, 0)
+
+    def _check_security(self) -> None:
+        proto = self.security_protocol
+        if not isinstance(proto, str) or proto.upper() not in SECURITY_PROTOCOLS:
+            raise ConfigError(f"security_protocol must be one of {', '.join(SECURITY_PROTOCOLS)}"
+                              f", got {proto!r}")
+        proto = proto.upper()
+        tls_opts = [n for n in ("ssl_context", "ssl_cafile", "ssl_certfile", "ssl_keyfile",
+                                "ssl_password") if getattr(self, n) is not None]
+        if tls_opts and proto not in ("SSL", "SASL_SSL"):
+            raise ConfigError(f"{', '.join(tls_opts)} given but security_protocol is {proto}; "
+                              "use SSL or SASL_SSL")
+        if self.ssl_context is not None and not isinstance(self.ssl_context, ssl.SSLContext):
+            raise ConfigError("ssl_context must be an ssl.SSLContext")
+        for n in ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password",
+                  "sasl_plain_username", "sasl_plain_password"):
+            v = getattr(self, n)
+            if v is not None and not isinstance(v, str):
+                raise ConfigError(f"{n} must be a str")
+        if self.ssl_keyfile is not None and self.ssl_certfile is None:
+            raise ConfigError("ssl_keyfile needs ssl_certfile")
+        if not isinstance(self.ssl_check_hostname, bool):
+            raise ConfigError("ssl_check_hostname must be a bool")
+        if proto not in ("SASL_PLAINTEXT", "SASL_SSL"):
+            return
+        mech = self.sasl_mechanism
+        if not isinstance(mech, str) or mech.upper() not in SASL_MECHANISMS:
+            raise ConfigError(f"sasl_mechanism must be one of {', '.join(SASL_MECHANISMS)}, "
+                              f"got {mech!r}")
+        if mech.upper() == "OAUTHBEARER":
+            if not callable(self.sasl_oauth_token_provider):
+                raise ConfigError("sasl_mechanism OAUTHBEARER needs sasl_oauth_token_provider,"
+                                  " an async callable returning a token")
+        elif not self.sasl_plain_username or self.sasl_plain_password is None:
+            raise ConfigError(f"sasl_mechanism {mech.upper()} needs sasl_plain_username and "
+                              "sasl_plain_password")
+
+    def security(self) -> Security:
+        """The connection security these options describe (builds the TLS context)."""
+        proto = self.security_protocol.upper()
+        ctx = None
+        if proto in ("SSL", "SASL_SSL"):
+            ctx = self.ssl_context or make_ssl_context(
+                cafile=self.ssl_cafile, certfile=self.ssl_certfile, keyfile=self.ssl_keyfile,
+                password=Secret(self.ssl_password) if self.ssl_password is not None else None,
+                check_hostname=self.ssl_check_hostname)
+        sasl = proto in ("SASL_PLAINTEXT", "SASL_SSL")
+        return Security(
+            protocol=proto, ssl_context=ctx,
+            sasl_mechanism=self.sasl_mechanism.upper() if sasl else None,
+            username=self.sasl_plain_username if sasl else None,
+            password=(Secret(self.sasl_plain_password)
+                      if sasl and self.sasl_plain_password is not None else None),
+            token_provider=self.sasl_oauth_token_provider if sasl else None)
 
     @property
     def servers(self) -> list[str]:

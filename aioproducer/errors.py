@@ -10,11 +10,13 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 __all__ = [
+    "AuthenticationError",
     "BrokerResponseError",
     "BufferExhaustedError",
     "ClusterAuthorizationError",
     "ConfigError",
     "DeliveryTimeoutError",
+    "GroupAuthorizationError",
     "IllegalStateError",
     "InvalidProducerEpochError",
     "InvalidRecordError",
@@ -31,6 +33,7 @@ __all__ = [
     "RecordTooLargeError",
     "RequestTimedOutError",
     "SerializationError",
+    "TLSError",
     "TopicAuthorizationError",
     "TransactionAbortableError",
     "TransactionAbortedError",
@@ -105,6 +108,16 @@ class UnsupportedVersionError(KafkaError):
     """The broker and aioproducer share no version of a request they need."""
 
 
+class AuthenticationError(KafkaError):
+    """SASL authentication failed: wrong password, unknown user, a mechanism the broker
+    does not enable, a bad token. Not retried: sends to the broker fail at once."""
+
+
+class TLSError(KafkaError):
+    """The TLS handshake failed: the broker's certificate is not trusted by the CA, its
+    name does not match the host, or the broker refused our client certificate."""
+
+
 class RecordTooLargeError(KafkaError, ValueError):
     """A record is larger than ``max_request_size`` or ``buffer_memory``."""
 
@@ -158,6 +171,12 @@ class ClusterAuthorizationError(BrokerResponseError):
     """The client is not authorized for a cluster-level operation (e.g. idempotent write)."""
 
     code = ErrorCode.cluster_authorization_failed
+
+
+class GroupAuthorizationError(BrokerResponseError):
+    """The client may not commit offsets for this consumer group."""
+
+    code = ErrorCode.group_authorization_failed
 
 
 class OutOfOrderSequenceError(BrokerResponseError):
@@ -221,6 +240,7 @@ _BY_CODE: dict[int, type[BrokerResponseError]] = {
         MessageTooLargeError,
         TopicAuthorizationError,
         ClusterAuthorizationError,
+        GroupAuthorizationError,
         OutOfOrderSequenceError,
         InvalidProducerEpochError,
         UnknownProducerIdError,

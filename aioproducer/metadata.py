@@ -16,13 +16,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import KafkaError, UnknownTopicError, for_code
+from kio.schema.errors import ErrorCode
+
+from .errors import AuthenticationError, KafkaError, TLSError, UnknownTopicError, for_code
 
 __all__ = ["Cluster", "Metadata", "PartitionInfo", "TopicInfo"]
 
 log = logging.getLogger("aioproducer.metadata")
 
 _ZERO_UUID = uuid.UUID(int=0)
+_TOPIC_AUTHORIZATION_FAILED = int(ErrorCode.topic_authorization_failed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +129,7 @@ class Metadata:
         """Topics this producer uses, with the time they were last used."""
         self._waiters: list[asyncio.Future[None]] = []
         self._fatal: KafkaError | None = None
+        self._security_error: KafkaError | None = None
         self.on_update_request: Any = None
         """Called (no arguments) when someone needs a refresh now: wakes the Sender."""
 
@@ -153,9 +157,14 @@ class Metadata:
         while True:
             if self._fatal is not None:
                 raise self._fatal
+            if self._security_error is not None:
+                raise self._security_error  # no retrying a wrong password
             info = self.cluster.topics.get(topic)
             if info is not None:
                 return info
+            code = self.cluster.topic_errors.get(topic)
+            if code == _TOPIC_AUTHORIZATION_FAILED:
+                raise for_code(code, f"not authorized to access topic {topic!r}")
             remaining = deadline - loop.time()
             if remaining <= 0:
                 code = self.cluster.topic_errors.get(topic)
@@ -197,11 +206,15 @@ class Metadata:
         self._in_progress = False
         self._need_update = True
         log.debug("metadata refresh failed: %s", exc)
+        if isinstance(exc, (AuthenticationError, TLSError)):
+            self._security_error = exc
+            self._wake_waiters()
 
     def refresh_done(self, now: float, cluster: Cluster, requested: list[str]) -> None:
         self._in_progress = False
         self._last_refresh = now
         self._need_update = False
+        self._security_error = None
         old = self.cluster
         self.cluster = old.merged_with(cluster, requested)
         self.version += 1

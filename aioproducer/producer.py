@@ -74,6 +74,7 @@ class Producer:
         self._partitioner = RecordPartitioner(c.partitioner, ignore_keys=c.partitioner_ignore_keys,
                                               max_payload=max_payload)
         self._client: KafkaClient | None = None
+        self._security = c.security()  # TLS files are loaded (and checked) here
         self._sender: Sender | None = None
         self._txn: TransactionManager | None = None
         self._max_block_s = c.max_block_ms / 1000.0
@@ -98,6 +99,7 @@ class Producer:
             connect_timeout_ms=c.socket_connection_setup_timeout_ms,
             reconnect_backoff_ms=c.reconnect_backoff_ms,
             reconnect_backoff_max_ms=c.reconnect_backoff_max_ms,
+            security=self._security,
         )
         self._client = client
         try:

@@ -191,6 +191,11 @@ class Sender:
         for node in res.nodes:
             if self._node_sendable(node):
                 sendable.append(node)
+                continue
+            err = self.client.security_error(node)
+            if err is not None:
+                # Authentication or TLS failed: not retried, the sends fail now.
+                self._fail_queued_for(node, cluster, err)
             else:
                 delay = min(delay, self.reconnect_backoff)
         if sendable:
@@ -419,6 +424,12 @@ class Sender:
         self.acc.complete(b, -1, -1, exc)
         if self.txn is not None:
             self.txn.fail(exc)
+
+    def _fail_queued_for(self, node: int, cluster: Cluster, error: KafkaError) -> None:
+        for tp, dq in self.acc.batches.items():
+            if dq and cluster.leaders.get(tp) == node:
+                while dq:
+                    self._fail(dq.popleft(), error)
 
     def _abort_queued(self, error: KafkaError) -> None:
         """Transactions: fail the queued batches of an aborted or failed transaction."""

@@ -46,14 +46,18 @@ from kio.static.constants import EntityType
 from kio.static.primitive import i16, i32, i32Timedelta
 
 from ..errors import (
+    AuthenticationError,
     ConfigError,
     IllegalStateError,
     KafkaConnectionError,
+    KafkaError,
     ProtocolError,
     RequestTimedOutError,
+    TLSError,
     for_code,
 )
 from .connection import BrokerConnection
+from .security import Security
 
 __all__ = ["KafkaClient", "MetadataResponse", "parse_bootstrap_servers"]
 
@@ -171,7 +175,9 @@ class KafkaClient:
     def __init__(self, bootstrap_servers: str | Sequence[str], *,
                  client_id: str = "aioproducer", request_timeout_ms: int = 30000,
                  connect_timeout_ms: int = 10000, reconnect_backoff_ms: int = 50,
-                 reconnect_backoff_max_ms: int = 1000) -> None:
+                 reconnect_backoff_max_ms: int = 1000,
+                 security: Security | None = None) -> None:
+        self.security = security
         self.bootstrap_servers = parse_bootstrap_servers(bootstrap_servers)
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
@@ -292,7 +298,7 @@ class KafkaClient:
             st = self._state(node_id)
             if attempted:
                 err = st.last_error
-                if isinstance(err, KafkaConnectionError):
+                if isinstance(err, (KafkaConnectionError, AuthenticationError, TLSError)):
                     raise err
                 raise KafkaConnectionError(
                     f"cannot connect to {self._describe(node_id)}: "
@@ -314,6 +320,12 @@ class KafkaClient:
                     f"cannot connect to {self._describe(node_id)}: timed out after "
                     f"{timeout_s:.3g} s")
             attempted = True
+
+    def security_error(self, node_id: int) -> KafkaError | None:
+        """The authentication or TLS error of the last attempt to reach ``node_id``."""
+        st = self._states.get(node_id)
+        err = st.last_error if st is not None else None
+        return err if isinstance(err, (AuthenticationError, TLSError)) else None
 
     def least_loaded_node(self) -> int | None:
         """The connected node with the fewest in-flight requests; else a node being
@@ -574,7 +586,7 @@ class KafkaClient:
             conn = await BrokerConnection.open(
                 host, port, node_id=node_id if node_id >= 0 else None,
                 client_id=self.client_id, request_timeout_ms=self.request_timeout_ms,
-                connect_timeout_ms=self.connect_timeout_ms)
+                connect_timeout_ms=self.connect_timeout_ms, security=self.security)
         except Exception as exc:
             st.failures += 1
             st.last_error = exc

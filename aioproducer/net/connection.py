@@ -25,7 +25,9 @@ import contextlib
 import io
 import logging
 import os
+import random
 import socket
+import ssl
 import struct
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -39,6 +41,14 @@ import kio.schema.api_versions.v2.request as _av2_req
 import kio.schema.api_versions.v2.response as _av2_resp
 import kio.schema.api_versions.v3.request as _av3_req
 import kio.schema.api_versions.v3.response as _av3_resp
+import kio.schema.sasl_authenticate.v0.request as _sa0_req
+import kio.schema.sasl_authenticate.v0.response as _sa0_resp
+import kio.schema.sasl_authenticate.v1.request as _sa1_req
+import kio.schema.sasl_authenticate.v1.response as _sa1_resp
+import kio.schema.sasl_authenticate.v2.request as _sa2_req
+import kio.schema.sasl_authenticate.v2.response as _sa2_resp
+import kio.schema.sasl_handshake.v1.request as _sh1_req
+import kio.schema.sasl_handshake.v1.response as _sh1_resp
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.schema.index import api_key_map
@@ -46,14 +56,17 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.protocol import RequestPayload, ResponsePayload
 
 from ..errors import (
+    AuthenticationError,
     KafkaConnectionError,
     KafkaError,
     ProtocolError,
     RequestTimedOutError,
+    TLSError,
     UnsupportedVersionError,
     for_code,
 )
 from .protocol import read_uvarint
+from .security import OAuthBearer, Security
 
 __all__ = ["API_VERSIONS_KEY", "BrokerConnection", "api_name"]
 
@@ -88,6 +101,14 @@ _API_VERSIONS_RESPONSES: dict[int, type[_ApiVersionsResponse]] = {
     3: _av3_resp.ApiVersionsResponse,
 }
 _API_VERSIONS_MAX: Final = 3
+_SASL_HANDSHAKE: Final = 17
+_SASL_AUTHENTICATE: Final = 36
+_SASL_AUTH_TYPES: dict[int, tuple[Any, Any]] = {
+    0: (_sa0_req.SaslAuthenticateRequest, _sa0_resp.SaslAuthenticateResponse),
+    1: (_sa1_req.SaslAuthenticateRequest, _sa1_resp.SaslAuthenticateResponse),
+    2: (_sa2_req.SaslAuthenticateRequest, _sa2_resp.SaslAuthenticateResponse),
+}
+_UNSUPPORTED_MECHANISM: Final = int(ErrorCode.unsupported_sasl_mechanism)
 
 
 def api_name(api_key: int) -> str:
@@ -135,8 +156,17 @@ class BrokerConnection(asyncio.Protocol):
 
     def __init__(self, host: str, port: int, *, node_id: int | None = None,
                  client_id: str = "aioproducer", request_timeout_ms: int = 30000,
-                 max_response_bytes: int = 100 * 1024 * 1024) -> None:
+                 max_response_bytes: int = 100 * 1024 * 1024,
+                 security: Security | None = None) -> None:
         self.host = host
+        self.security = security
+        self.reauthentications = 0
+        """Successful KIP-368 re-authentications on this connection."""
+        self._paused = False
+        self._reauth_due = False
+        self._reauth_timer: asyncio.TimerHandle | None = None
+        self._reauth_task: asyncio.Task[None] | None = None
+        self._gate: asyncio.Future[None] | None = None
         self.port = port
         self.node_id = node_id
         self.client_id = client_id
@@ -172,7 +202,8 @@ class BrokerConnection(asyncio.Protocol):
     async def open(cls, host: str, port: int, *, node_id: int | None = None,
                    client_id: str = "aioproducer", request_timeout_ms: int = 30000,
                    connect_timeout_ms: int = 10000,
-                   max_response_bytes: int = 100 * 1024 * 1024) -> BrokerConnection:
+                   max_response_bytes: int = 100 * 1024 * 1024,
+                   security: Security | None = None) -> BrokerConnection:
         """Connect to ``host:port`` and negotiate API versions.
 
         Raises :class:`KafkaConnectionError` when the TCP connection cannot be made
@@ -182,25 +213,39 @@ class BrokerConnection(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         conn = cls(host, port, node_id=node_id, client_id=client_id,
                    request_timeout_ms=request_timeout_ms,
-                   max_response_bytes=max_response_bytes)
+                   max_response_bytes=max_response_bytes, security=security)
         conn._loop = loop
+        ctx = security.ssl_context if security is not None else None
         try:
-            await asyncio.wait_for(loop.create_connection(lambda: conn, host, port),
-                                   connect_timeout_ms / 1000.0)
+            if ctx is not None:
+                await asyncio.wait_for(
+                    loop.create_connection(lambda: conn, host, port, ssl=ctx,
+                                           server_hostname=host),
+                    connect_timeout_ms / 1000.0)
+            else:
+                await asyncio.wait_for(loop.create_connection(lambda: conn, host, port),
+                                       connect_timeout_ms / 1000.0)
         except asyncio.TimeoutError:
             raise KafkaConnectionError(
                 f"cannot connect to {conn}: timed out after {connect_timeout_ms} ms"
             ) from None
+        except ssl.SSLCertVerificationError as exc:
+            raise TLSError(f"TLS with {conn} failed: the broker's certificate was not "
+                           f"accepted: {exc.verify_message or exc.reason}") from None
+        except ssl.SSLError as exc:
+            raise TLSError(f"TLS with {conn} failed: {exc.reason or exc}") from None
         except OSError as exc:
             raise KafkaConnectionError(f"cannot connect to {conn}: {_os_error_text(exc)}"
                                        ) from exc
         try:
             await conn._negotiate_versions()
+            if security is not None and security.sasl:
+                await conn._authenticate()
         except BaseException as exc:
             if isinstance(exc, KafkaError):
-                conn.close(f"version negotiation failed: {exc}")
+                conn.close(f"connection set-up failed: {exc}")
             else:
-                conn.close("version negotiation interrupted")
+                conn.close("connection set-up interrupted")
             raise
         return conn
 
@@ -276,6 +321,9 @@ class BrokerConnection(asyncio.Protocol):
             )
         if self.api_versions:
             self.version_for(api_key, version, version)
+        gate = self._gate
+        if gate is not None and asyncio.current_task() is not self._reauth_task:
+            await asyncio.shield(gate)  # held while the connection re-authenticates
         buf = io.BytesIO()
         entity_writer(type(req))(buf, req)
         fut = self.send_raw(api_key, version, (buf.getvalue(),), flexible=req.__flexible__,
@@ -420,13 +468,108 @@ class BrokerConnection(asyncio.Protocol):
                                           low=self.write_buffer_low)
 
     def pause_writing(self) -> None:
+        self._paused = True
         self.can_write = False
 
     def resume_writing(self) -> None:
+        self._paused = False
+        if self._reauth_due:
+            return  # still held for re-authentication
         self.can_write = True
         cb = self.on_writable
         if cb is not None:
             cb()
+
+    # -- SASL ----------------------------------------------------------------------------
+
+    async def _authenticate(self) -> None:
+        """SaslHandshake, then SaslAuthenticate round trips until the mechanism is done.
+
+        Raises :class:`AuthenticationError` (not retriable) when the broker refuses.
+        """
+        sec = self.security
+        assert sec is not None and sec.sasl_mechanism is not None
+        mech = sec.mechanism()
+        self.version_for(_SASL_HANDSHAKE, 1, 1)
+        hs = await self.request(_sh1_req.SaslHandshakeRequest(mechanism=mech.name),
+                                _sh1_resp.SaslHandshakeResponse)
+        code = int(hs.error_code)
+        if code == _UNSUPPORTED_MECHANISM:
+            raise AuthenticationError(
+                f"{self} does not enable SASL mechanism {mech.name}; it offers "
+                f"{', '.join(hs.mechanisms) or 'none'}")
+        if code != 0:
+            raise AuthenticationError(f"SaslHandshake with {self} failed: "
+                                      f"{for_code(code)}")
+        version = self.version_for(_SASL_AUTHENTICATE, 0, 2)
+        req_t, resp_t = _SASL_AUTH_TYPES[version]
+        message: bytes | None = await mech.start()
+        lifetime_ms = 0
+        while message is not None:
+            resp = await self.request(req_t(auth_bytes=message), resp_t)
+            code = int(resp.error_code)
+            if code != 0:
+                detail = resp.error_message or for_code(code).args[0]
+                if isinstance(mech, OAuthBearer) and mech.error_detail:
+                    detail += f" ({mech.error_detail})"
+                raise AuthenticationError(
+                    f"SASL {mech.name} authentication with {self} failed: {detail}")
+            if version >= 1:
+                life = resp.session_lifetime
+                lifetime_ms = int(life.total_seconds() * 1000) if life is not None else 0
+            message = mech.respond(bytes(resp.auth_bytes))
+        log.debug("%s: authenticated with SASL %s (session lifetime %d ms)", self,
+                  mech.name, lifetime_ms)
+        if lifetime_ms > 0:
+            self._schedule_reauth(lifetime_ms)
+
+    def _schedule_reauth(self, lifetime_ms: int) -> None:
+        """KIP-368: authenticate again before the broker's session expires (at 85-95 %
+        of its lifetime, like the Java client)."""
+        assert self._loop is not None
+        delay = lifetime_ms / 1000.0 * random.uniform(0.85, 0.95)
+        if self._reauth_timer is not None:
+            self._reauth_timer.cancel()
+        self._reauth_timer = self._loop.call_later(delay, self._reauth_start)
+
+    def _reauth_start(self) -> None:
+        """Hold new writes; re-authenticate once the in-flight requests are answered
+        (the broker takes SaslHandshake only between requests)."""
+        self._reauth_timer = None
+        if self._closing:
+            return
+        self._reauth_due = True
+        self.can_write = False
+        assert self._loop is not None
+        if self._gate is None:
+            self._gate = self._loop.create_future()
+        self._maybe_reauth()
+
+    def _maybe_reauth(self) -> None:
+        if not self._reauth_due or self._reauth_task is not None or self._in_flight:
+            return
+        assert self._loop is not None
+        self._reauth_task = self._loop.create_task(self._reauth())
+
+    async def _reauth(self) -> None:
+        try:
+            await self._authenticate()
+        except Exception as exc:
+            log.warning("re-authentication with %s failed: %s", self, exc)
+            self._shutdown(f"re-authentication failed: {exc}", exc)
+        else:
+            self.reauthentications += 1
+        finally:
+            self._reauth_task = None
+            self._reauth_due = False
+            gate, self._gate = self._gate, None
+            if gate is not None and not gate.done():
+                gate.set_result(None)
+        if not self._closing and not self._paused:
+            self.can_write = True
+            cb = self.on_writable
+            if cb is not None:
+                cb()
 
     def eof_received(self) -> bool | None:
         return None  # let the transport close; connection_lost does the rest
@@ -522,6 +665,8 @@ class BrokerConnection(asyncio.Protocol):
         fut = head.future
         if not fut.done():
             fut.set_result(frame[offset:])
+        if self._reauth_due and not self._in_flight:
+            self._maybe_reauth()
 
     def _protocol_error(self, message: str) -> None:
         log.warning("%s; closing the connection", message)
@@ -578,6 +723,12 @@ class BrokerConnection(asyncio.Protocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._reauth_timer is not None:
+            self._reauth_timer.cancel()
+            self._reauth_timer = None
+        gate, self._gate = self._gate, None
+        if gate is not None and not gate.done():
+            gate.set_result(None)  # waiters go on and find the connection closed
         self._frame = None
         self._size_buf.clear()
         pending = list(self._in_flight)
