@@ -3,13 +3,16 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# The newest pyspark whose spark-sql-kafka-0-10 jar is on Maven Central (4.2.1's and
+# 4.3.0's are not): bench/spark_bench.py runs Spark's Kafka sink of the same version.
+PYSPARK := pyspark[sql]==4.2.0
 
 .PHONY: venv build broker broker-stop demo test lint bench clean
 
 $(STAMP): pyproject.toml setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip setuptools wheel "Cython>=3.0"
-	$(BIN)/pip install -q -e ".[test]" --no-build-isolation
+	$(BIN)/pip install -q -e ".[test,spark]" "$(PYSPARK)" --no-build-isolation
 	touch $(STAMP)
 
 venv: $(STAMP)
