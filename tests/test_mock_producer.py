@@ -4,32 +4,47 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import inspect
 import itertools
+import logging
+import re
 import subprocess
 import sys
 import time
+import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 
 from aioproducer import (
     ConfigError,
+    GroupMetadata,
     IllegalStateError,
     KafkaError,
+    KafkaTimeoutError,
     PartitionError,
     Producer,
     ProducerClosedError,
     ProducerConfig,
+    ProducerFencedError,
     RecordMetadata,
     RecordTooLargeError,
+    SendManyResult,
     SerializationError,
+    TransactionAbortableError,
+    TransactionAbortedError,
+    TransactionalIdAuthorizationError,
     UnknownTopicError,
 )
 from aioproducer._native import murmur2_partition
+from aioproducer.errors import GroupAuthorizationError
 from aioproducer.partitioner import xxhash_partition
 from aioproducer.protocols import ProducerLike, RecordFutureLike
-from aioproducer.testing import MockProducer, MockRecordFuture, SentRecord
+from aioproducer.testing import MockProducer, MockRecordFuture, MockSendManyResult, SentRecord
+from aioproducer.transactions import TransactionManager, TxnState
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -505,3 +520,726 @@ async def test_other_loop_is_illegal_state_like_the_real_producer() -> None:
             raised = pool.submit(asyncio.run, elsewhere()).result()
         assert raised == ["IllegalStateError"] * 3
         assert len(mp.history()) == 1 and mp.pending == 1 and not mp.closed
+
+
+# -- send_many ------------------------------------------------------------------------------
+
+
+def keys_for_partitions(partitions: list[int], count: int) -> list[bytes]:
+    """Keys whose murmur2 partition (out of ``count``) is ``partitions[i]``, in order."""
+    keys: list[bytes] = []
+    candidates = (b"key-%d" % i for i in itertools.count())
+    for wanted in partitions:
+        keys.append(next(k for k in candidates if murmur2_partition(k, count) == wanted))
+    return keys
+
+
+@aio
+async def test_send_many_partitions_and_records_like_send() -> None:
+    async with MockProducer(cluster={"t": 4}) as mp:
+        keys = [b"k%d" % i for i in range(20)]
+        values = [b"v%d" % i for i in range(20)]
+        result = await mp.send_many("t", values, keys, timestamp_ms=1234)
+        assert isinstance(result, MockSendManyResult)
+        assert result.count == 20 and result.done() and result.failures() == []
+        assert await result == 20
+        history = mp.history()
+        assert [(r.key, r.value, r.timestamp) for r in history] == [
+            (k, v, 1234) for k, v in zip(keys, values, strict=True)]
+        assert [r.partition for r in history] == [murmur2_partition(k, 4) for k in keys]
+        assert [f.record for f in result.futures] == history
+        assert "20 records, 0 pending" in repr(result)
+
+        # a tuple, no keys, an explicit partition, null values
+        assert await (await mp.send_many("t", (b"x", None), partition=3)) == 2
+        assert [(r.partition, r.value) for r in mp.history()[20:]] == [(3, b"x"), (3, None)]
+        assert await (await mp.send_many("t", [])) == 0
+
+
+@aio
+async def test_send_many_refusals() -> None:
+    async with MockProducer(cluster={"t": 1}) as mp:
+        with pytest.raises(SerializationError, match="2 keys for 3 values"):
+            await mp.send_many("t", [b"1", b"2", b"3"], [b"k", b"k"])
+        with pytest.raises(SerializationError) as info:
+            await mp.send_many("t", [b"a", b"b", "not bytes", b"d"])
+        assert "records 0..1 were buffered" in "".join(getattr(info.value, "__notes__", []))
+        with pytest.raises(SerializationError) as first:
+            await mp.send_many("t", ["bad", b"ok"])
+        assert not getattr(first.value, "__notes__", [])
+        with pytest.raises(PartitionError):
+            await mp.send_many("t", [b"v"], partition=1)
+        with pytest.raises(UnknownTopicError):
+            await mp.send_many("nope", [b"v"])
+        mp.send_error = Boom("refused")
+        with pytest.raises(Boom):
+            await mp.send_many("t", [b"v"])
+        mp.send_error = None
+        assert [r.value for r in mp.history()] == [b"a", b"b"]
+    with pytest.raises(ProducerClosedError):
+        await mp.send_many("t", [b"v"])
+    with pytest.raises(IllegalStateError, match="not started"):
+        await MockProducer(cluster={"t": 1}).send_many("t", [b"v"])
+
+
+@aio
+async def test_send_many_result_waits_for_every_record_and_lists_failures() -> None:
+    async with MockProducer(cluster={"t": 2}, auto_complete=False) as mp:
+        keys = keys_for_partitions([0, 1, 0, 1, 1], 2)
+        result = await mp.send_many("t", [b"a", b"b", b"c", b"d", b"e"], keys)
+        assert [f.partition for f in result.futures] == [0, 1, 0, 1, 1]
+
+        async def wait() -> int:
+            return await result
+
+        task = asyncio.ensure_future(wait())
+        await asyncio.sleep(0)
+        assert not task.done() and not result.done() and result.failures() == []
+        first, second = Boom("first"), Boom("second")
+        mp.complete_next()
+        mp.fail_next(first)  # b, partition 1
+        mp.fail_next(second)  # c, partition 0
+        await asyncio.sleep(0)
+        assert not task.done()
+        mp.fail_all(first)  # d and e, partition 1: the same error as b's
+        with pytest.raises(Boom) as info:
+            await task
+        assert info.value is first  # the first failed record's error
+        assert result.done()
+        assert result.failures() == [("t", 1, first), ("t", 0, second)]
+        assert (await result.futures[0]).offset == 0
+
+
+@aio
+async def test_send_many_errors_match_the_real_producer(kafka_bootstrap: str,
+                                                        topic_factory: Any) -> None:
+    topic = topic_factory(partitions=3)
+    calls: list[tuple[list[Any], list[Any] | None, int | None]] = [
+        ([b"1", b"2", b"3"], [b"k", b"k"], None),
+        ([b"a", b"b", "not bytes"], None, None),
+        ([b"a", 12], [b"k", b"k"], None),
+        ([b"a"], None, 3),
+    ]
+    outcomes = []
+    producers: list[Producer | MockProducer] = [
+        Producer(bootstrap_servers=kafka_bootstrap, max_request_size=1000),
+        MockProducer(cluster={topic: 3}, max_request_size=1000)]
+    for producer in producers:
+        got: list[Any] = []
+        async with producer:
+            for values, keys, partition in calls:
+                with pytest.raises(KafkaError) as info:
+                    await producer.send_many(topic, values, keys, partition=partition)
+                got.append((type(info.value), getattr(info.value, "__notes__", [])))
+            with pytest.raises(RecordTooLargeError) as too_large:
+                await producer.send_many(topic, [b"ok", b"y" * 2000])
+            got.append(str(too_large.value))
+            result = await producer.send_many(topic, [b"x", b"y"], [b"k1", b"k2"])
+            got += [result.count, await result, result.done(), result.failures()]
+        outcomes.append(got)
+    assert outcomes[0] == outcomes[1]
+
+
+# -- transactions ---------------------------------------------------------------------------
+
+
+def tx_mock(**options: Any) -> MockProducer:
+    return MockProducer(cluster={"t": 2, "in": 4}, transactional_id="tx-1", **options)
+
+
+def txn_state(mp: MockProducer) -> TxnState | None:
+    """``mp.transaction_state``, read through a call so mypy does not narrow it."""
+    return mp.transaction_state
+
+
+@aio
+async def test_transactions_need_a_transactional_id() -> None:
+    async with MockProducer(cluster={"t": 1}) as mp:
+        for name in ("init_transactions", "commit_transaction", "abort_transaction"):
+            with pytest.raises(IllegalStateError, match=rf"{name}\(\): this producer is not "
+                               "transactional; set transactional_id"):
+                await getattr(mp, name)()
+        with pytest.raises(IllegalStateError, match="not transactional"):
+            mp.begin_transaction()
+        with pytest.raises(IllegalStateError, match="not transactional"):
+            await mp.send_offsets_to_transaction({("in", 0): 1}, "g")
+        with pytest.raises(IllegalStateError, match="not transactional"):
+            async with mp.transaction():
+                pass
+        with pytest.raises(IllegalStateError, match="not transactional"):
+            mp.fence_producer()
+        assert mp.transaction_state is None
+        assert not (mp.transaction_initialized or mp.transaction_in_flight
+                    or mp.transaction_committed or mp.transaction_aborted or mp.sent_offsets)
+        await mp.send("t", b"v")
+        assert len(mp.history()) == 1 and mp.uncommitted() == []
+        assert "transaction=" not in repr(mp)
+    with pytest.raises(ConfigError, match="idempotence"):
+        MockProducer(transactional_id="x", enable_idempotence=False)
+    tx = MockProducer(transactional_id="x")
+    with pytest.raises(IllegalStateError, match="not started"):
+        await tx.init_transactions()
+    await tx.close()
+    with pytest.raises(ProducerClosedError):
+        tx.begin_transaction()
+
+
+@aio
+async def test_commit_moves_the_records_to_the_history() -> None:
+    async with tx_mock() as mp:
+        assert txn_state(mp) is TxnState.UNINITIALIZED
+        await mp.init_transactions()
+        assert mp.transaction_initialized and txn_state(mp) is TxnState.READY
+        assert not mp.transaction_in_flight
+        mp.begin_transaction()
+        assert mp.transaction_in_flight and not mp.transaction_committed
+        fut = await mp.send("t", b"a", key=b"k")
+        many = await mp.send_many("t", [b"b", b"c"], partition=1)
+        assert mp.history() == []
+        assert [r.value for r in mp.uncommitted()] == [b"a", b"b", b"c"]
+        assert "uncommitted=3" in repr(mp)
+        assert (await fut).topic == "t" and await many == 2  # acknowledged, not committed
+        await mp.commit_transaction()
+        assert [r.value for r in mp.history()] == [b"a", b"b", b"c"] and mp.uncommitted() == []
+        assert mp.transaction_committed and not mp.transaction_aborted
+        assert not mp.transaction_in_flight and txn_state(mp) is TxnState.READY
+        assert (mp.commit_count, mp.abort_count, mp.flush_count) == (1, 0, 1)
+        assert mp.consumer_group_offsets_history() == []  # no offsets were sent
+
+        mp.begin_transaction()
+        assert not mp.transaction_committed  # about the last transaction: reset at begin
+        await mp.send("t", b"d")
+        await mp.commit_transaction()
+        assert [r.value for r in mp.history()] == [b"a", b"b", b"c", b"d"]
+        assert mp.commit_count == 2 and "transaction=ready" in repr(mp)
+
+
+@aio
+async def test_commit_acknowledges_the_pending_records_first() -> None:
+    async with tx_mock(auto_complete=False) as mp:
+        await mp.init_transactions()
+        mp.begin_transaction()
+        futs = [await mp.send("t", b"%d" % i, partition=0) for i in range(3)]
+        assert mp.pending == 3
+        await mp.commit_transaction()
+        assert mp.pending == 0 and [(await f).offset for f in futs] == [0, 1, 2]
+        assert len(mp.history()) == 3
+
+
+@aio
+async def test_abort_drops_the_records_and_fails_the_pending_ones() -> None:
+    async with tx_mock(auto_complete=False) as mp:
+        await mp.init_transactions()
+        mp.begin_transaction()
+        await mp.send("t", b"kept", partition=0)
+        await mp.commit_transaction()
+
+        mp.begin_transaction()
+        acked = await mp.send("t", b"acked", partition=0)
+        mp.complete_next()
+        pending = await mp.send("t", b"pending", partition=0)
+        await mp.send_offsets_to_transaction({("in", 0): 5}, "g")
+        assert mp.sent_offsets
+        await mp.abort_transaction()
+        assert (await acked).offset == 1  # written, then hidden by the abort marker
+        with pytest.raises(TransactionAbortedError, match="aborted before it was sent"):
+            await pending
+        assert [r.value for r in mp.history()] == [b"kept"] and mp.uncommitted() == []
+        assert mp.consumer_group_offsets_history() == []
+        assert mp.transaction_aborted and not mp.transaction_committed
+        assert not mp.transaction_in_flight and (mp.commit_count, mp.abort_count) == (1, 1)
+
+        mp.begin_transaction()  # the next transaction starts clean
+        assert not mp.transaction_aborted and not mp.sent_offsets
+        nxt = await mp.send("t", b"next", partition=0)
+        await mp.commit_transaction()
+        assert [r.value for r in mp.history()] == [b"kept", b"next"]
+        assert (await nxt).offset == 2
+
+
+# (operation, error it raises at that point: a regex, None for success). The real
+# producer goes through the same steps in test_transaction_state_errors_match_the_real_producer.
+TXN_SCRIPT: list[tuple[str, str | None]] = [
+    ("send", r"^send\(\): call init_transactions\(\) first$"),
+    ("send_many", r"^send\(\): call init_transactions\(\) first$"),
+    ("begin", r"^begin_transaction\(\): call init_transactions\(\) first$"),
+    ("commit", r"^commit_transaction\(\): call init_transactions\(\) first$"),
+    ("abort", r"^abort_transaction\(\): call init_transactions\(\) first$"),
+    ("offsets", r"^send_offsets_to_transaction\(\): call init_transactions\(\) first$"),
+    ("init", None),
+    ("init", r"^init_transactions\(\): no transaction in progress; call begin_transaction"),
+    ("send", r"^send\(\): no transaction in progress; call begin_transaction\(\) first$"),
+    ("commit", r"^commit_transaction\(\): no transaction in progress"),
+    ("abort", r"^abort_transaction\(\): no transaction in progress"),
+    ("offsets", r"^send_offsets_to_transaction\(\): no transaction in progress"),
+    ("begin", None),
+    ("begin", r"^begin_transaction\(\): a transaction is already in progress$"),
+    ("init", r"^init_transactions\(\): a transaction is already in progress$"),
+    ("send", None),
+    ("send_many", None),
+    ("offsets", None),
+    ("commit", None),
+    ("commit", r"^commit_transaction\(\): no transaction in progress"),
+    ("begin", None),
+    ("send", None),
+    ("abort", None),
+    ("abort", r"^abort_transaction\(\): no transaction in progress"),
+]
+
+
+async def txn_step(producer: Producer | MockProducer, step: str, topic: str,
+                   group: str) -> tuple[str, str] | None:
+    """Run one step; None if it succeeded, else the error's type name and text."""
+    calls: dict[str, Callable[[], Awaitable[Any]]] = {
+        "send": lambda: producer.send(topic, b"v", partition=0),
+        "send_many": lambda: producer.send_many(topic, [b"v"], partition=0),
+        "init": producer.init_transactions,
+        "commit": producer.commit_transaction,
+        "abort": producer.abort_transaction,
+        "offsets": lambda: producer.send_offsets_to_transaction({(topic, 0): 1}, group),
+    }
+    try:
+        if step == "begin":
+            producer.begin_transaction()
+        else:
+            await calls[step]()
+    except KafkaError as exc:
+        return type(exc).__name__, str(exc)
+    return None
+
+
+@aio
+async def test_transaction_state_machine_errors() -> None:
+    async with MockProducer(cluster={"t": 1}, transactional_id="tx-1") as mp:
+        for i, (step, expected) in enumerate(TXN_SCRIPT):
+            outcome = await txn_step(mp, step, "t", "g")
+            if expected is None:
+                assert outcome is None, (i, step, outcome)
+            else:
+                assert outcome is not None and outcome[0] == "IllegalStateError", (i, outcome)
+                assert re.search(expected, outcome[1]), (i, step, outcome[1])
+        assert [r.value for r in mp.history()] == [b"v", b"v"]
+        assert mp.consumer_group_offsets_history() == [{"g": {("t", 0): 1}}]
+
+
+@aio
+async def test_transaction_state_errors_match_the_real_producer(kafka_bootstrap: str,
+                                                                topic_factory: Any) -> None:
+    topic = topic_factory(partitions=1)
+    tid = f"mock-parity-{uuid.uuid4().hex[:12]}"
+    group = f"mock-parity-{uuid.uuid4().hex[:12]}"
+    outcomes = []
+    producers: list[Producer | MockProducer] = [
+        Producer(bootstrap_servers=kafka_bootstrap, transactional_id=tid, linger_ms=5),
+        MockProducer(cluster={topic: 1}, transactional_id=tid)]
+    for producer in producers:
+        async with producer:
+            outcomes.append([await txn_step(producer, step, topic, group)
+                             for step, _ in TXN_SCRIPT])
+    assert outcomes[0] == outcomes[1]
+    assert [o is None for o in outcomes[0]] == [e is None for _, e in TXN_SCRIPT]
+
+    not_transactional: list[Producer | MockProducer] = [
+        Producer(bootstrap_servers=kafka_bootstrap), MockProducer(cluster={topic: 1})]
+    outcomes = []
+    for producer in not_transactional:
+        async with producer:
+            outcomes.append([await txn_step(producer, step, topic, group)
+                             for step in ("init", "begin", "commit", "abort", "offsets")])
+    assert outcomes[0] == outcomes[1]
+    assert all(o is not None and "not transactional" in o[1] for o in outcomes[0])
+
+
+def test_state_errors_are_the_transaction_managers() -> None:
+    """Every state, with every kind of error behind it: the same error type, text and
+    cause as aioproducer.transactions.TransactionManager, and the same transitions."""
+    config = ProducerConfig(transactional_id="tx-1").validated()
+    real = TransactionManager(cast(Any, None), config, cast(Any, None), lambda: None)
+    mock = MockProducer(transactional_id="tx-1")._txn
+    assert mock is not None
+    causes: list[KafkaError | None] = [
+        None, Boom("boom"), ProducerFencedError("fenced"),
+        TransactionalIdAuthorizationError("denied")]
+    for state in TxnState:
+        for cause in causes:
+            for what in ("send()", "begin_transaction()", "commit_transaction()"):
+                real.state = mock.state = state
+                real.error = mock.error = cause
+                r, m = real._state_error(what), mock.state_error(what)
+                assert (type(r), str(r)) == (type(m), str(m)), (state, cause, what)
+                assert (type(r.__cause__), str(r.__cause__)) == (
+                    type(m.__cause__), str(m.__cause__))
+            rq, mq = real.blocks_queued, mock.blocks_queued()
+            assert (type(rq), str(rq)) == (type(mq), str(mq)), (state, cause)
+            if cause is not None:
+                real.fail(cause)
+                mock.fail(cause)
+                assert (real.state, type(real.error)) == (mock.state, type(mock.error))
+
+
+@aio
+async def test_consumer_group_offsets_history() -> None:
+    async with tx_mock() as mp:
+        await mp.init_transactions()
+        async with mp.transaction():
+            await mp.send("t", b"out")
+            await mp.send_offsets_to_transaction({("in", 0): 10, ("in", 1): (20, "meta")}, "g1")
+            assert mp.sent_offsets
+            # confluent-kafka style TopicPartitions, a GroupMetadata, a consumer's metadata
+            await mp.send_offsets_to_transaction(
+                [SimpleNamespace(topic="in", partition=1, offset=21),
+                 SimpleNamespace(topic="in", partition=2, offset=5)],
+                GroupMetadata("g1", 3, "member-1"))
+            await mp.send_offsets_to_transaction(
+                {("in", 3): 7}, SimpleNamespace(group_id="g2", generation_id=1,
+                                                member_id="m", group_instance_id=None))
+            assert mp.consumer_group_offsets_history() == []  # not committed yet
+        assert mp.consumer_group_offsets_history() == [
+            {"g1": {("in", 0): 10, ("in", 1): 21, ("in", 2): 5}, "g2": {("in", 3): 7}}]
+
+        async with mp.transaction():
+            await mp.send_offsets_to_transaction({}, "g1")  # nothing to commit
+            assert not mp.sent_offsets
+        async with mp.transaction():
+            await mp.send_offsets_to_transaction({("in", 0): 11}, "g1")
+        history = mp.consumer_group_offsets_history()
+        assert history[1:] == [{"g1": {("in", 0): 11}}]
+        history[0]["g1"].clear()  # a copy
+        assert mp.consumer_group_offsets_history()[0]["g1"][("in", 0)] == 10
+
+        mp.begin_transaction()
+        with pytest.raises(TypeError, match="offsets must map"):
+            await mp.send_offsets_to_transaction({("in", 0): -1}, "g1")
+        with pytest.raises(TypeError, match="group_metadata"):
+            await mp.send_offsets_to_transaction({("in", 0): 1}, 42)
+        with pytest.raises(IllegalStateError, match="group id is empty"):
+            await mp.send_offsets_to_transaction({("in", 0): 1}, "")
+        assert txn_state(mp) is TxnState.IN_TRANSACTION  # refused input: no change
+        await mp.send("t", b"open")
+        mp.clear()
+        assert mp.consumer_group_offsets_history() == [] and mp.history() == []
+        assert (mp.commit_count, mp.abort_count, mp.flush_count) == (0, 0, 0)
+        assert mp.transaction_in_flight and [r.value for r in mp.uncommitted()] == [b"open"]
+        await mp.commit_transaction()
+        assert [r.value for r in mp.history()] == [b"open"]
+
+
+@aio
+async def test_transaction_context_commits_or_aborts() -> None:
+    async with tx_mock() as mp:
+        await mp.init_transactions()
+        async with mp.transaction() as same:
+            assert same is mp and mp.transaction_in_flight
+            await mp.send("t", b"committed")
+        assert mp.transaction_committed
+
+        with pytest.raises(RuntimeError, match="boom"):
+            async with mp.transaction():
+                await mp.send("t", b"dropped")
+                raise RuntimeError("boom")
+        assert mp.transaction_aborted and [r.value for r in mp.history()] == [b"committed"]
+
+        # a record fails: the commit raises TransactionAbortableError, the block aborts
+        mp.auto_complete = False
+        with pytest.raises(TransactionAbortableError) as info:
+            async with mp.transaction():
+                fut = await mp.send("t", b"lost")
+                mp.fail_next(Boom("MESSAGE_TOO_LARGE"))
+        assert isinstance(info.value.__cause__, Boom)
+        assert mp.transaction_aborted and txn_state(mp) is TxnState.READY
+        with pytest.raises(Boom):
+            await fut
+
+        with pytest.raises(IllegalStateError, match="already in progress"):
+            async with mp.transaction(), mp.transaction():
+                pass
+        assert mp.transaction_aborted and mp.abort_count == 3
+
+
+@aio
+async def test_a_failed_record_makes_the_transaction_abortable() -> None:
+    async with tx_mock(auto_complete=False) as mp:
+        await mp.init_transactions()
+        mp.begin_transaction()
+        first = await mp.send("t", b"1", partition=0)
+        second = await mp.send("t", b"2", partition=0)
+        err = Boom("MESSAGE_TOO_LARGE")
+        assert mp.fail_next(err)
+        assert txn_state(mp) is TxnState.ABORTABLE_ERROR
+        calls: list[Callable[[], Awaitable[Any]]] = [
+            lambda: mp.send("t", b"3"), lambda: mp.send_many("t", [b"3"]),
+            mp.commit_transaction, mp.init_transactions,
+            lambda: mp.send_offsets_to_transaction({("in", 0): 1}, "g")]
+        for call in calls:
+            with pytest.raises(TransactionAbortableError,
+                               match="must be aborted with abort_transaction") as info:
+                await call()
+            assert info.value.__cause__ is err
+        with pytest.raises(TransactionAbortableError):
+            mp.begin_transaction()
+        await mp.abort_transaction()
+        with pytest.raises(TransactionAbortedError, match="after: MESSAGE_TOO_LARGE"):
+            await second
+        with pytest.raises(Boom):
+            await first
+        assert txn_state(mp) is TxnState.READY and mp.uncommitted() == []
+        mp.begin_transaction()
+        await mp.send("t", b"again")
+        await mp.commit_transaction()
+        assert [r.value for r in mp.history()] == [b"again"]
+
+
+@aio
+async def test_fence_producer_makes_every_call_fail() -> None:
+    async with tx_mock(auto_complete=False) as mp:
+        with pytest.raises(IllegalStateError, match="call init_transactions"):
+            mp.fence_producer()
+        await mp.init_transactions()
+        mp.begin_transaction()
+        pending = await mp.send("t", b"v", partition=0)
+        mp.fence_producer()
+        mp.fence_producer()  # no-op the second time
+        assert txn_state(mp) is TxnState.FATAL_ERROR
+        calls: list[Callable[[], Awaitable[Any]]] = [
+            lambda: mp.send("t", b"v"), lambda: mp.send_many("t", [b"v"]),
+            mp.init_transactions, mp.commit_transaction, mp.abort_transaction,
+            lambda: mp.send_offsets_to_transaction({("in", 0): 1}, "g")]
+        for call in calls:
+            with pytest.raises(ProducerFencedError,
+                               match="'tx-1': the producer is no longer usable") as info:
+                await call()
+            assert isinstance(info.value.__cause__, ProducerFencedError)
+            assert "fence_producer" in str(info.value.__cause__)
+        with pytest.raises(ProducerFencedError):
+            mp.begin_transaction()
+        with pytest.raises(ProducerFencedError):
+            async with mp.transaction():
+                pass
+        await mp.flush()  # the pending record fails, as the real Sender fails it
+        with pytest.raises(ProducerFencedError):
+            await pending
+        assert mp.history() == []
+    assert mp.closed and mp.transaction_in_flight  # never committed nor aborted
+
+
+@aio
+async def test_a_fenced_record_is_fatal() -> None:
+    for error in (ProducerFencedError("fenced by the broker"),
+                  TransactionalIdAuthorizationError("denied")):
+        async with tx_mock(auto_complete=False) as mp:
+            await mp.init_transactions()
+            mp.begin_transaction()
+            await mp.send("t", b"1")
+            second = await mp.send("t", b"2")
+            mp.fail_next(error)
+            assert txn_state(mp) is TxnState.FATAL_ERROR
+            with pytest.raises(type(error), match="no longer usable"):
+                await mp.abort_transaction()
+        with pytest.raises(type(error)):  # close() failed it with the fatal error
+            await second
+
+
+@aio
+async def test_close_aborts_an_open_transaction(caplog: pytest.LogCaptureFixture) -> None:
+    mp = tx_mock(auto_complete=False)
+    await mp.start()
+    await mp.init_transactions()
+    mp.begin_transaction()
+    fut = await mp.send("t", b"v")
+    await mp.close()
+    assert mp.closed and mp.transaction_aborted and mp.abort_count == 1
+    assert mp.history() == [] and mp.uncommitted() == []
+    with pytest.raises(TransactionAbortedError):
+        await fut
+
+    # an abort that fails is logged; close() still closes
+    other = tx_mock()
+    await other.start()
+    await other.init_transactions()
+    other.begin_transaction()
+    other.abort_transaction_error = Boom("coordinator gone")
+    with caplog.at_level(logging.WARNING, logger="aioproducer.testing"):
+        await other.close()
+    assert other.closed and "could not abort the open transaction" in caplog.text
+    assert txn_state(other) is TxnState.FATAL_ERROR
+
+
+@aio
+async def test_init_transactions_error() -> None:
+    async with tx_mock() as mp:
+        mp.init_transactions_error = KafkaTimeoutError("InitProducerId did not complete")
+        with pytest.raises(KafkaTimeoutError):
+            await mp.init_transactions()
+        assert txn_state(mp) is TxnState.UNINITIALIZED and not mp.transaction_initialized
+        mp.init_transactions_error = None
+        await mp.init_transactions()  # the same call, again
+        assert mp.transaction_initialized
+    async with tx_mock() as mp:
+        mp.init_transactions_error = TransactionalIdAuthorizationError("denied")
+        with pytest.raises(TransactionalIdAuthorizationError):
+            await mp.init_transactions()
+        assert txn_state(mp) is TxnState.FATAL_ERROR
+        mp.init_transactions_error = None
+        with pytest.raises(TransactionalIdAuthorizationError, match="no longer usable"):
+            await mp.init_transactions()
+
+
+@aio
+async def test_commit_transaction_error_has_the_real_consequences() -> None:
+    async with tx_mock() as mp:
+        await mp.init_transactions()
+        # a timeout: only the same call may come next
+        mp.begin_transaction()
+        await mp.send("t", b"1")
+        mp.commit_transaction_error = KafkaTimeoutError("EndTxn did not complete")
+        with pytest.raises(KafkaTimeoutError):
+            await mp.commit_transaction()
+        assert txn_state(mp) is TxnState.COMMITTING and mp.transaction_in_flight
+        with pytest.raises(IllegalStateError,
+                           match=r"send\(\): the producer is committing the transaction"):
+            await mp.send("t", b"x")
+        with pytest.raises(IllegalStateError, match="committing"):
+            await mp.abort_transaction()
+        with pytest.raises(KafkaTimeoutError):
+            await mp.commit_transaction()
+        mp.commit_transaction_error = None
+        await mp.commit_transaction()
+        assert mp.transaction_committed and [r.value for r in mp.history()] == [b"1"]
+
+        # an error answer: the transaction must be aborted
+        mp.begin_transaction()
+        await mp.send("t", b"2")
+        err = Boom("EndTxn failed")
+        mp.commit_transaction_error = err
+        with pytest.raises(Boom):
+            await mp.commit_transaction()
+        assert txn_state(mp) is TxnState.ABORTABLE_ERROR
+        with pytest.raises(TransactionAbortableError) as info:
+            await mp.send("t", b"x")
+        assert info.value.__cause__ is err
+        await mp.abort_transaction()
+        assert mp.transaction_aborted and [r.value for r in mp.history()] == [b"1"]
+
+        # not a Kafka error: nothing changes, as in Java's MockProducer
+        mp.begin_transaction()
+        mp.commit_transaction_error = RuntimeError("test")
+        with pytest.raises(RuntimeError):
+            await mp.commit_transaction()
+        assert txn_state(mp) is TxnState.IN_TRANSACTION
+
+        # fenced: fatal
+        mp.commit_transaction_error = ProducerFencedError("fenced")
+        with pytest.raises(ProducerFencedError):
+            await mp.commit_transaction()
+        assert txn_state(mp) is TxnState.FATAL_ERROR
+        assert mp.commit_count == 1
+
+
+@aio
+async def test_commit_with_a_flush_error_stays_in_the_transaction() -> None:
+    async with tx_mock() as mp:
+        await mp.init_transactions()
+        mp.begin_transaction()
+        mp.flush_error = Boom("flush")
+        with pytest.raises(Boom):
+            await mp.commit_transaction()
+        assert txn_state(mp) is TxnState.IN_TRANSACTION
+        mp.flush_error = None
+        await mp.commit_transaction()
+        assert mp.transaction_committed
+
+
+@aio
+async def test_abort_transaction_error_has_the_real_consequences() -> None:
+    async with tx_mock() as mp:
+        await mp.init_transactions()
+        mp.begin_transaction()
+        mp.abort_transaction_error = KafkaTimeoutError("EndTxn did not complete")
+        with pytest.raises(KafkaTimeoutError):
+            await mp.abort_transaction()
+        assert txn_state(mp) is TxnState.ABORTING
+        with pytest.raises(IllegalStateError, match="aborting the transaction"):
+            mp.begin_transaction()
+        mp.abort_transaction_error = None
+        await mp.abort_transaction()
+        assert mp.transaction_aborted and txn_state(mp) is TxnState.READY
+
+        mp.begin_transaction()
+        mp.abort_transaction_error = RuntimeError("test")
+        with pytest.raises(RuntimeError):
+            await mp.abort_transaction()
+        assert txn_state(mp) is TxnState.IN_TRANSACTION
+
+        mp.abort_transaction_error = Boom("EndTxn failed")
+        with pytest.raises(Boom):
+            await mp.abort_transaction()
+        assert txn_state(mp) is TxnState.FATAL_ERROR  # as in the real producer
+        with pytest.raises(IllegalStateError,
+                           match="the transactional producer failed: EndTxn failed"):
+            mp.begin_transaction()
+
+
+@aio
+async def test_send_offsets_error_has_the_real_consequences() -> None:
+    async with tx_mock() as mp:
+        await mp.init_transactions()
+        mp.begin_transaction()
+        for error in (KafkaTimeoutError("AddOffsetsToTxn did not complete"),
+                      RuntimeError("test")):
+            mp.send_offsets_error = error
+            with pytest.raises(type(error)):
+                await mp.send_offsets_to_transaction({("in", 0): 1}, "g")
+            assert txn_state(mp) is TxnState.IN_TRANSACTION and not mp.sent_offsets
+
+        err = GroupAuthorizationError("TxnOffsetCommit")
+        mp.send_offsets_error = err
+        with pytest.raises(TransactionAbortableError,
+                           match=r"send_offsets_to_transaction\(\).*GROUP_AUTH") as info:
+            await mp.send_offsets_to_transaction({("in", 0): 1}, "g")
+        assert info.value.__cause__ is err
+        assert txn_state(mp) is TxnState.ABORTABLE_ERROR
+        await mp.abort_transaction()
+
+        mp.begin_transaction()
+        mp.send_offsets_error = ProducerFencedError("fenced")
+        with pytest.raises(ProducerFencedError, match="no longer usable"):
+            await mp.send_offsets_to_transaction({("in", 0): 1}, "g")
+        assert txn_state(mp) is TxnState.FATAL_ERROR
+        assert mp.consumer_group_offsets_history() == []
+
+
+@pytest.mark.parametrize("name", [
+    "send", "send_many", "send_and_wait", "flush", "close", "partitions_for",
+    "init_transactions", "begin_transaction", "commit_transaction", "abort_transaction",
+    "send_offsets_to_transaction", "transaction"])
+def test_same_signatures_as_the_producer(name: str) -> None:
+    def params(func: Any) -> list[tuple[Any, ...]]:
+        return [(p.name, p.kind, p.default, p.annotation)
+                for p in inspect.signature(func).parameters.values()]
+
+    real, mock = getattr(Producer, name), getattr(MockProducer, name)
+    assert params(mock) == params(real)
+    assert inspect.iscoroutinefunction(mock) == inspect.iscoroutinefunction(real)
+
+
+def test_send_many_result_has_the_real_results_surface() -> None:
+    public = {n for n in dir(SendManyResult) if not n.startswith("_")} | {"count"}
+    assert public <= {n for n in dir(MockSendManyResult) if not n.startswith("_")}
+
+
+class TestMockProducerFixtureWithTransactions:
+    """The plugin's ``mock_producer`` fixture, configured for transactions."""
+
+    @pytest.fixture
+    def mock_producer_options(self) -> dict[str, Any]:
+        return {"default_partitions": 2, "transactional_id": "fixture-tx"}
+
+    @aio
+    async def test_fixture(self, mock_producer: MockProducer) -> None:
+        await mock_producer.init_transactions()
+        async with mock_producer.transaction():
+            result = await mock_producer.send_many("events", [b"a", b"b"])
+            await mock_producer.send_offsets_to_transaction({("in", 0): 3}, "group")
+        assert await result == 2
+        assert [r.value for r in mock_producer.history()] == [b"a", b"b"]
+        assert mock_producer.consumer_group_offsets_history() == [{"group": {("in", 0): 3}}]

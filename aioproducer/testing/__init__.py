@@ -6,6 +6,6 @@ installed; its fixtures are ``kafka_bootstrap``, ``kafka_topic``,
 ``mock_producer_options``.
 """
 
-from .mock import MockProducer, MockRecordFuture, SentRecord
+from .mock import MockProducer, MockRecordFuture, MockSendManyResult, SentRecord
 
-__all__ = ["MockProducer", "MockRecordFuture", "SentRecord"]
+__all__ = ["MockProducer", "MockRecordFuture", "MockSendManyResult", "SentRecord"]

@@ -11,8 +11,17 @@ Java client's ``MockProducer``.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Callable,
+    Generator,
+    Iterable,
+    Mapping,
+    Sequence,
+)
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -20,15 +29,26 @@ from .._lifecycle import check_loop, raise_not_running
 from .._native import BATCH_HEADER_SIZE
 from ..config import ProducerConfig
 from ..errors import (
+    BrokerResponseError,
     IllegalStateError,
+    KafkaError,
+    KafkaTimeoutError,
+    ProducerFencedError,
+    SerializationError,
+    TransactionAbortableError,
+    TransactionAbortedError,
+    TransactionalIdAuthorizationError,
     UnknownTopicError,
 )
 from ..metadata import PartitionInfo, TopicInfo
 from ..partitioner import RecordPartitioner
 from ..record import RecordMetadata
 from ..serializers import Header, check_record_size, prepare_record
+from ..transactions import _FATAL, GroupMetadata, TxnState, group_metadata_of, offsets_of
 
-__all__ = ["MockProducer", "MockRecordFuture", "SentRecord"]
+__all__ = ["MockProducer", "MockRecordFuture", "MockSendManyResult", "SentRecord"]
+
+log = logging.getLogger("aioproducer.testing")
 
 _NEW, _RUNNING, _CLOSED = range(3)
 
@@ -119,6 +139,130 @@ class MockRecordFuture:
         return f"<MockRecordFuture {self.topic}-{self.partition} {state}>"
 
 
+class MockSendManyResult:
+    """What :meth:`MockProducer.send_many` returns; behaves like
+    :class:`~aioproducer.record.SendManyResult`.
+
+    ``await`` it to wait until every record is acknowledged or failed: it gives the
+    number of records, or raises the error of the first failed record (in send order).
+    """
+
+    __slots__ = ("count", "futures")
+
+    def __init__(self, futures: Sequence[MockRecordFuture]) -> None:
+        self.futures: tuple[MockRecordFuture, ...] = tuple(futures)
+        """One future per record, in order (the mock's extra: the real result has none)."""
+        self.count = len(self.futures)
+        """Records appended by the call."""
+
+    def __await__(self) -> Generator[Any, None, int]:
+        for fut in self.futures:
+            if not fut._fut.done():
+                yield from fut._fut
+        for fut in self.futures:
+            if fut._error is not None:
+                raise fut._error
+        return self.count
+
+    def done(self) -> bool:
+        return all(f.done() for f in self.futures)
+
+    def failures(self) -> list[tuple[str, int, BaseException]]:
+        """``(topic, partition, error)`` of the failed records, one per partition and
+        error (the real result lists one per failed batch)."""
+        seen: set[tuple[str, int, int]] = set()
+        out: list[tuple[str, int, BaseException]] = []
+        for fut in self.futures:
+            err = fut._error if fut.done() else None
+            if err is not None and (fut.topic, fut.partition, id(err)) not in seen:
+                seen.add((fut.topic, fut.partition, id(err)))
+                out.append((fut.topic, fut.partition, err))
+        return out
+
+    def __repr__(self) -> str:
+        pending = sum(not f.done() for f in self.futures)
+        return f"<MockSendManyResult {self.count} records, {pending} pending>"
+
+
+class _Transactions:
+    """The state machine of :class:`~aioproducer.transactions.TransactionManager`, with
+    the same errors, and no coordinator: the mock decides what the coordinator says."""
+
+    def __init__(self, transactional_id: str) -> None:
+        self.transactional_id = transactional_id
+        self.state = TxnState.UNINITIALIZED
+        self.error: KafkaError | None = None
+        self.retrying_end: bool | None = None  # an EndTxn that timed out: commit or abort
+
+    def check_send(self) -> None:
+        if self.state is not TxnState.IN_TRANSACTION:
+            raise self.state_error("send()")
+
+    def enter(self, what: str, *allowed: TxnState) -> None:
+        if self.state not in allowed:
+            raise self.state_error(what)
+
+    def state_error(self, what: str) -> KafkaError:
+        st = self.state
+        if st is TxnState.FATAL_ERROR:
+            return self.fatal_copy()
+        if st is TxnState.ABORTABLE_ERROR:
+            err = TransactionAbortableError(
+                f"{what}: the transaction failed and must be aborted with "
+                f"abort_transaction(): {self.error}")
+            err.__cause__ = self.error
+            return err
+        if st is TxnState.UNINITIALIZED:
+            return IllegalStateError(f"{what}: call init_transactions() first")
+        if st is TxnState.READY:
+            return IllegalStateError(
+                f"{what}: no transaction in progress; call begin_transaction() first")
+        if st is TxnState.IN_TRANSACTION:
+            return IllegalStateError(f"{what}: a transaction is already in progress")
+        return IllegalStateError(f"{what}: the producer is {st.value} the transaction")
+
+    def fatal_copy(self) -> KafkaError:
+        err = self.error
+        if isinstance(err, BrokerResponseError):
+            copy: KafkaError = type(err)(f"transactional_id {self.transactional_id!r}: "
+                                         "the producer is no longer usable",
+                                         code=err.code)
+        else:
+            copy = IllegalStateError(f"the transactional producer failed: {err}")
+        copy.__cause__ = err
+        return copy
+
+    def fail(self, exc: BaseException) -> None:
+        """A record (or a request) of the transaction failed."""
+        if self.state is TxnState.FATAL_ERROR:
+            return
+        if isinstance(exc, (ProducerFencedError, TransactionalIdAuthorizationError)):
+            self.to_fatal(exc)
+        elif self.state in (TxnState.IN_TRANSACTION, TxnState.COMMITTING):
+            self.error = exc if isinstance(exc, KafkaError) else KafkaError(str(exc))
+            self.state = TxnState.ABORTABLE_ERROR
+
+    def to_fatal(self, exc: BaseException) -> None:
+        self.error = exc if isinstance(exc, KafkaError) else KafkaError(str(exc))
+        self.state = TxnState.FATAL_ERROR
+
+    def coordinator_error(self, exc: BaseException) -> None:
+        """A coordinator answered an error code after which the producer is unusable."""
+        if isinstance(exc, BrokerResponseError) and int(exc.code) in _FATAL:
+            self.to_fatal(exc)
+
+    def blocks_queued(self) -> KafkaError | None:
+        """The error pending records fail with at flush/close, when they must not go out."""
+        st = self.state
+        if st is TxnState.FATAL_ERROR:
+            return self.fatal_copy()
+        if st is TxnState.ABORTABLE_ERROR or st is TxnState.ABORTING:
+            return TransactionAbortedError(
+                "the record's transaction was aborted before it was sent"
+                + (f" (after: {self.error})" if self.error is not None else ""))
+        return None
+
+
 class MockProducer:
     """A :class:`~aioproducer.Producer` stand-in for tests: same API, no network.
 
@@ -153,6 +297,28 @@ class MockProducer:
     For assertions: :meth:`history`, :meth:`clear`, :attr:`closed`, :attr:`flushed`,
     :attr:`flush_count`, :attr:`pending`. Setting :attr:`send_error` (or
     :attr:`flush_error`) makes every ``send()`` (``flush()``) raise it.
+
+    :meth:`send_many` takes the records one by one through ``send()`` and returns a
+    :class:`MockSendManyResult`.
+
+    Transactions (like the Java ``MockProducer``): with ``transactional_id`` set,
+    :meth:`init_transactions`, :meth:`begin_transaction`, :meth:`commit_transaction`,
+    :meth:`abort_transaction`, :meth:`send_offsets_to_transaction` and
+    :meth:`transaction` follow the real producer's state machine and raise its errors.
+    Records sent in a transaction are in :meth:`uncommitted` until the commit moves
+    them to :meth:`history`; an abort drops them (and fails those still pending with
+    :class:`~aioproducer.TransactionAbortedError`). A record failed with
+    :meth:`fail_next` or :meth:`fail_all` during a transaction makes it abortable, as a
+    failed batch does. Committed consumer offsets are in
+    :meth:`consumer_group_offsets_history`. :meth:`fence_producer` plays another
+    producer taking the id over; :attr:`init_transactions_error`,
+    :attr:`commit_transaction_error`, :attr:`abort_transaction_error` and
+    :attr:`send_offsets_error` play a coordinator's error answer, with the real
+    producer's consequences. For assertions: :attr:`transaction_state`,
+    :attr:`transaction_initialized`, :attr:`transaction_in_flight`,
+    :attr:`transaction_committed`, :attr:`transaction_aborted`, :attr:`sent_offsets`,
+    :attr:`commit_count`, :attr:`abort_count`. No control records are emulated: offsets
+    stay consecutive across transactions.
     """
 
     def __init__(self, config: ProducerConfig | Mapping[str, Any] | None = None, *,
@@ -176,6 +342,29 @@ class MockProducer:
         """When set, ``flush()`` raises it (and completes nothing)."""
         self.flush_count = 0
         """How many times ``flush()`` completed (reset by :meth:`clear`)."""
+        self.init_transactions_error: BaseException | None = None
+        """When set, ``init_transactions()`` raises it, as if the coordinator answered it."""
+        self.commit_transaction_error: BaseException | None = None
+        """When set, ``commit_transaction()`` raises it after flushing, as EndTxn would:
+        a :class:`~aioproducer.KafkaTimeoutError` leaves the commit to be called again,
+        a :class:`~aioproducer.ProducerFencedError` (or another fatal code) is fatal,
+        another :class:`~aioproducer.KafkaError` makes the transaction abortable, any
+        other exception leaves the state as it was."""
+        self.abort_transaction_error: BaseException | None = None
+        """When set, ``abort_transaction()`` raises it, as EndTxn would: a
+        :class:`~aioproducer.KafkaTimeoutError` leaves the abort to be called again,
+        another :class:`~aioproducer.KafkaError` is fatal (as in the real producer), any
+        other exception leaves the state as it was."""
+        self.send_offsets_error: BaseException | None = None
+        """When set, ``send_offsets_to_transaction()`` fails with it, as the coordinator
+        would: a :class:`~aioproducer.KafkaTimeoutError` is raised as is (the call may be
+        repeated), another :class:`~aioproducer.KafkaError` makes the transaction
+        abortable (fatal if fenced) and raises what the real producer raises, any other
+        exception is raised with the state unchanged."""
+        self.commit_count = 0
+        """How many transactions were committed (reset by :meth:`clear`)."""
+        self.abort_count = 0
+        """How many transactions were aborted (reset by :meth:`clear`)."""
         self._topics: dict[str, TopicInfo] = {}
         for topic, partitions in (cluster or {}).items():
             self.add_topic(topic, partitions)
@@ -191,6 +380,15 @@ class MockProducer:
         self._offsets: dict[tuple[str, int], int] = {}
         # (topic, partition) -> [bytes used, capacity] of the emulated open batch.
         self._open_batches: dict[tuple[str, int], list[int]] = {}
+        self._txn = None if c.transactional_id is None else _Transactions(c.transactional_id)
+        self._uncommitted: list[SentRecord] = []
+        self._uncommitted_offsets: dict[str, dict[tuple[str, int], int]] = {}
+        self._offsets_history: list[dict[str, dict[tuple[str, int], int]]] = []
+        self._txn_initialized = False
+        self._txn_in_flight = False
+        self._txn_committed = False
+        self._txn_aborted = False
+        self._sent_offsets = False
 
     # -- cluster ------------------------------------------------------------------
 
@@ -236,22 +434,43 @@ class MockProducer:
         await self.close()
 
     async def flush(self, timeout: float | None = None) -> None:
-        """Acknowledge every pending record (``timeout`` is accepted and unused)."""
+        """Acknowledge every pending record (``timeout`` is accepted and unused).
+
+        When the transaction failed or the producer was fenced, the pending records
+        fail instead, with the error the real producer fails its queued batches with.
+        """
         self._check_loop()
         if self.flush_error is not None:
             raise self.flush_error
-        self.complete_all()
+        self._settle_pending()
         self._open_batches.clear()
         self.flush_count += 1
 
     async def close(self, timeout: float | None = None) -> None:
-        """Acknowledge every pending record, then close. Safe to call more than once."""
+        """Abort an open transaction (like the real producer), acknowledge every pending
+        record, then close. Safe to call more than once."""
         if self._state == _CLOSED:
             return
         if self._state == _RUNNING:
             self._check_loop()
-            self.complete_all()
+            txn = self._txn
+            if txn is not None and txn.state in (TxnState.IN_TRANSACTION,
+                                                 TxnState.ABORTABLE_ERROR):
+                try:
+                    await self.abort_transaction()
+                except KafkaError as exc:
+                    log.warning("close(): could not abort the open transaction: %s", exc)
+            self._settle_pending()
         self._state = _CLOSED
+
+    def _settle_pending(self) -> None:
+        """What the real producer's flush does with what is buffered."""
+        error = None if self._txn is None else self._txn.blocks_queued()
+        if error is None:
+            self.complete_all()
+        else:
+            while self._pending:
+                self._pending.popleft()._fail(error)
 
     @property
     def closed(self) -> bool:
@@ -265,6 +484,8 @@ class MockProducer:
         """Validate, partition and record the record; returns its future at once."""
         if self._state != _RUNNING or asyncio.get_running_loop() is not self._loop:
             self._raise_not_running()
+        if self._txn is not None:
+            self._txn.check_send()
         if self.send_error is not None:
             raise self.send_error
         # The same checks as Producer.send(), from the same code.
@@ -290,12 +511,42 @@ class MockProducer:
         loop = self._loop
         assert loop is not None
         fut = MockRecordFuture(record, loop, key_size, value_size)
-        self._history.append(record)
+        (self._history if self._txn is None else self._uncommitted).append(record)
         if self.auto_complete:
             self._acknowledge(fut)
         else:
             self._pending.append(fut)
         return fut
+
+    async def send_many(self, topic: str, values: Sequence[Any],
+                        keys: Sequence[Any] | None = None, *, partition: int | None = None,
+                        timestamp_ms: int | None = None) -> MockSendManyResult:
+        """Send many records to one topic, as :meth:`Producer.send_many
+        <aioproducer.Producer.send_many>` does: the same arguments, checks and errors.
+
+        Each record goes through :meth:`send`. If record ``i`` is refused, records
+        ``0..i-1`` stay sent (and in the history) and the error says how many.
+        """
+        if self._state != _RUNNING or asyncio.get_running_loop() is not self._loop:
+            self._raise_not_running()
+        if self._txn is not None:
+            self._txn.check_send()
+        vals = values if type(values) is list else list(values)
+        ks = None if keys is None else (keys if type(keys) is list else list(keys))
+        if ks is not None and len(ks) != len(vals):
+            raise SerializationError(
+                f"send_many: {len(ks)} keys for {len(vals)} values; give one key per value")
+        futures: list[MockRecordFuture] = []
+        for i, value in enumerate(vals):
+            try:
+                fut = await self.send(topic, value, None if ks is None else ks[i],
+                                      partition=partition, timestamp_ms=timestamp_ms)
+            except Exception as exc:
+                if i and hasattr(exc, "add_note"):
+                    exc.add_note(f"send_many: records 0..{i - 1} were buffered and will be sent")
+                raise
+            futures.append(fut)
+        return MockSendManyResult(futures)
 
     async def send_and_wait(self, topic: str, value: Any = None, key: Any = None, *,
                             partition: int | None = None, timestamp_ms: int | None = None,
@@ -326,6 +577,161 @@ class MockProducer:
         batch[0] += record_size
         return part
 
+    # -- transactions -------------------------------------------------------------
+
+    def _transactions(self, what: str) -> _Transactions:
+        if self._state != _RUNNING:
+            self._raise_not_running()
+        self._check_loop()
+        if self._txn is None:
+            raise IllegalStateError(
+                f"{what}: this producer is not transactional; set transactional_id")
+        return self._txn
+
+    async def init_transactions(self) -> None:
+        """Make the producer ready for transactions; call once, before the first one."""
+        txn = self._transactions("init_transactions()")
+        txn.enter("init_transactions()", TxnState.UNINITIALIZED)
+        error = self.init_transactions_error
+        if error is not None:
+            txn.coordinator_error(error)
+            raise error
+        txn.state = TxnState.READY
+        self._txn_initialized = True
+
+    def begin_transaction(self) -> None:
+        """Start a transaction: records sent from now on commit or abort together."""
+        self._begin(self._transactions("begin_transaction()"))
+
+    def _begin(self, txn: _Transactions) -> None:
+        txn.enter("begin_transaction()", TxnState.READY)
+        txn.error = None
+        txn.state = TxnState.IN_TRANSACTION
+        self._txn_in_flight = True
+        self._txn_committed = self._txn_aborted = self._sent_offsets = False
+
+    async def commit_transaction(self) -> None:
+        """Flush (acknowledge what is pending), then commit: the transaction's records
+        move to :meth:`history`, its offsets to :meth:`consumer_group_offsets_history`."""
+        txn = self._transactions("commit_transaction()")
+        if txn.state is TxnState.COMMITTING and txn.retrying_end is True:
+            self._end(txn, True)  # a timed-out commit, called again
+            return
+        txn.enter("commit_transaction()", TxnState.IN_TRANSACTION)
+        txn.state = TxnState.COMMITTING
+        try:
+            await self.flush()
+        except BaseException:
+            if txn.state is TxnState.COMMITTING:
+                txn.state = TxnState.IN_TRANSACTION
+            raise
+        self._end(txn, True)
+
+    async def abort_transaction(self) -> None:
+        """Abort: pending records of the transaction fail with
+        :class:`~aioproducer.TransactionAbortedError` and its records and offsets are
+        dropped (they never reach :meth:`history`)."""
+        txn = self._transactions("abort_transaction()")
+        if txn.state is TxnState.ABORTING and txn.retrying_end is False:
+            self._end(txn, False)
+            return
+        txn.enter("abort_transaction()", TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR)
+        before = txn.state
+        txn.state = TxnState.ABORTING
+        self._settle_pending()
+        self._end(txn, False, before)
+
+    def _end(self, txn: _Transactions, commit: bool, before: TxnState | None = None) -> None:
+        """EndTxn: what the coordinator answers, then the transaction's outcome."""
+        error = self.commit_transaction_error if commit else self.abort_transaction_error
+        if error is not None:
+            if isinstance(error, KafkaTimeoutError):
+                txn.retrying_end = commit  # the same call may be repeated
+            elif isinstance(error, KafkaError):
+                txn.retrying_end = None
+                txn.coordinator_error(error)
+                if txn.state is not TxnState.FATAL_ERROR:
+                    if commit:
+                        txn.error = error
+                        txn.state = TxnState.ABORTABLE_ERROR
+                    else:
+                        txn.to_fatal(error)
+            elif txn.retrying_end is None:  # not from the coordinator: nothing changes
+                txn.state = before if before is not None else TxnState.IN_TRANSACTION
+            raise error
+        txn.retrying_end = None
+        txn.error = None
+        txn.state = TxnState.READY
+        if commit:
+            self._history.extend(self._uncommitted)
+            if self._uncommitted_offsets:
+                self._offsets_history.append(self._uncommitted_offsets)
+            self.commit_count += 1
+        else:
+            self.abort_count += 1
+        self._uncommitted = []
+        self._uncommitted_offsets = {}
+        self._txn_in_flight = False
+        self._txn_committed, self._txn_aborted = commit, not commit
+
+    async def send_offsets_to_transaction(
+            self, offsets: Mapping[Any, Any] | Iterable[Any],
+            group_metadata: str | GroupMetadata | Any) -> None:
+        """Add consumer offsets to the transaction, as the real producer takes them;
+        they are in :meth:`consumer_group_offsets_history` once it commits."""
+        txn = self._transactions("send_offsets_to_transaction()")
+        txn.enter("send_offsets_to_transaction()", TxnState.IN_TRANSACTION)
+        group = group_metadata_of(group_metadata)
+        by_topic = offsets_of(offsets)
+        error = self.send_offsets_error
+        if error is not None:
+            if isinstance(error, KafkaTimeoutError) or not isinstance(error, KafkaError):
+                raise error
+            txn.coordinator_error(error)
+            txn.fail(error)
+            raise txn.state_error("send_offsets_to_transaction()") from error
+        if by_topic:
+            group_offsets = self._uncommitted_offsets.setdefault(group.group_id, {})
+            for topic, parts in by_topic.items():
+                for partition, offset, _metadata in parts:
+                    group_offsets[(topic, partition)] = offset
+            self._sent_offsets = True
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[MockProducer]:
+        """``async with producer.transaction():`` begins a transaction, commits it when
+        the block ends, and aborts it if the block raises (the exception propagates)."""
+        txn = self._transactions("transaction()")
+        self._begin(txn)
+        try:
+            yield self
+        except BaseException:
+            if txn.state in (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR) \
+                    and not self.closed:
+                try:
+                    await self.abort_transaction()
+                except KafkaError as exc:
+                    log.warning("could not abort the transaction: %s", exc)
+            raise
+        try:
+            await self.commit_transaction()
+        except KafkaError:
+            if txn.state is TxnState.ABORTABLE_ERROR:
+                await self.abort_transaction()
+            raise
+
+    def fence_producer(self) -> None:
+        """Play a newer producer taking the ``transactional_id`` over: from now on every
+        call raises :class:`~aioproducer.ProducerFencedError`, as in the real producer
+        (the records still pending fail with it at :meth:`flush` or :meth:`close`)."""
+        txn = self._transactions("fence_producer()")
+        if txn.state is TxnState.UNINITIALIZED:
+            raise IllegalStateError("fence_producer(): call init_transactions() first")
+        if txn.state is not TxnState.FATAL_ERROR:
+            txn.to_fatal(ProducerFencedError(
+                f"transactional_id {txn.transactional_id!r} was taken over by a newer "
+                "producer (MockProducer.fence_producer())"))
+
     # -- completion (the test plays the broker) -----------------------------------
 
     def complete_next(self) -> bool:
@@ -336,11 +742,17 @@ class MockProducer:
         return True
 
     def fail_next(self, error: BaseException) -> bool:
-        """Fail the oldest pending record with ``error``; False if there is none."""
+        """Fail the oldest pending record with ``error``; False if there is none.
+
+        In a transaction, the transaction must then be aborted (a
+        :class:`~aioproducer.ProducerFencedError` is fatal), as in the real producer.
+        """
         _check_error(error)
         if not self._pending:
             return False
         self._pending.popleft()._fail(error)
+        if self._txn is not None:
+            self._txn.fail(error)
         return True
 
     def complete_all(self) -> int:
@@ -367,13 +779,62 @@ class MockProducer:
     # -- inspection ---------------------------------------------------------------
 
     def history(self) -> list[SentRecord]:
-        """Every record sent since creation (or :meth:`clear`), in send order."""
+        """Every record sent since creation (or :meth:`clear`), in send order.
+
+        With transactions: the records of the committed transactions (those of the open
+        transaction are in :meth:`uncommitted`, those of aborted ones are dropped).
+        """
         return list(self._history)
 
+    def uncommitted(self) -> list[SentRecord]:
+        """The records sent in the open transaction, in send order."""
+        return list(self._uncommitted)
+
+    def consumer_group_offsets_history(self) -> list[dict[str, dict[tuple[str, int], int]]]:
+        """Per committed transaction that sent offsets: ``{group_id: {(topic, partition):
+        next offset}}`` (the Java ``MockProducer.consumerGroupOffsetsHistory()``)."""
+        return [{group: dict(offsets) for group, offsets in committed.items()}
+                for committed in self._offsets_history]
+
     def clear(self) -> None:
-        """Forget the history and reset :attr:`flush_count`; pending records stay pending."""
+        """Forget the history and the committed offsets, reset :attr:`flush_count`,
+        :attr:`commit_count` and :attr:`abort_count`; pending records stay pending and
+        the open transaction stays open."""
         self._history.clear()
+        self._offsets_history.clear()
         self.flush_count = 0
+        self.commit_count = 0
+        self.abort_count = 0
+
+    @property
+    def transaction_state(self) -> TxnState | None:
+        """The state of the transactional state machine; None without ``transactional_id``."""
+        return None if self._txn is None else self._txn.state
+
+    @property
+    def transaction_initialized(self) -> bool:
+        """Whether ``init_transactions()`` succeeded."""
+        return self._txn_initialized
+
+    @property
+    def transaction_in_flight(self) -> bool:
+        """Whether a transaction was begun and is neither committed nor aborted yet."""
+        return self._txn_in_flight
+
+    @property
+    def transaction_committed(self) -> bool:
+        """Whether the last transaction was committed (False again at the next begin)."""
+        return self._txn_committed
+
+    @property
+    def transaction_aborted(self) -> bool:
+        """Whether the last transaction was aborted (False again at the next begin)."""
+        return self._txn_aborted
+
+    @property
+    def sent_offsets(self) -> bool:
+        """Whether the current (or last) transaction sent consumer offsets."""
+        return self._sent_offsets
 
     @property
     def pending(self) -> int:
@@ -387,8 +848,11 @@ class MockProducer:
 
     def __repr__(self) -> str:
         state = ("new", "running", "closed")[self._state]
+        txn = "" if self._txn is None else (
+            f" transaction={self._txn.state.name.lower()} "
+            f"uncommitted={len(self._uncommitted)}")
         return (f"<MockProducer {state} topics={self.cluster} sent={len(self._history)} "
-                f"pending={len(self._pending)}>")
+                f"pending={len(self._pending)}{txn}>")
 
     # -- helpers ------------------------------------------------------------------
 
