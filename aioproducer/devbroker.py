@@ -9,9 +9,13 @@ another process can ask for its status or stop it.
 
 Node ids are ``0 .. nodes-1`` and are also the indexes taken by the ``*_node`` methods.
 
+``LocalKafka(..., secure=True)`` (``start --secure``) is the secured mode: TLS listeners
+(with certificates made by ``openssl`` at start), SASL listeners (PLAIN, SCRAM-SHA-256/512,
+OAUTHBEARER with unsigned JWTs) and ``StandardAuthorizer`` ACLs; see ``LocalKafka``.
+
 Used as a library (``LocalKafka``) by the tests, and as a command::
 
-    python -m aioproducer.devbroker start [--nodes N] [--dir DIR]
+    python -m aioproducer.devbroker start [--nodes N] [--dir DIR] [--secure]
     python -m aioproducer.devbroker status | stop | logs [I]
     python -m aioproducer.devbroker kill-node I | stop-node I | start-node I
 
@@ -34,6 +38,7 @@ import shlex
 import shutil
 import signal
 import socket
+import ssl
 import struct
 import subprocess
 import sys
@@ -44,32 +49,54 @@ from typing import Any, TypeVar
 
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.api_versions.v3.response import ApiVersionsResponse
+from kio.schema.create_acls.v3.request import AclCreation, CreateAclsRequest
+from kio.schema.create_acls.v3.response import CreateAclsResponse
+from kio.schema.delete_acls.v3.request import DeleteAclsFilter, DeleteAclsRequest
+from kio.schema.delete_acls.v3.response import DeleteAclsResponse
+from kio.schema.describe_acls.v3.request import DescribeAclsRequest
+from kio.schema.describe_acls.v3.response import DescribeAclsResponse
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.metadata.v12.response import MetadataResponse
 from kio.schema.request_header.v2.header import RequestHeader
 from kio.schema.types import TopicName
 from kio.serial import entity_reader, entity_writer
-from kio.static.primitive import i32
+from kio.static.primitive import i8, i32
 from kio.static.protocol import HeaderV2RequestPayload, ResponsePayload
 
 __all__ = [
+    "BADHOST_NAME",
+    "CLIENT_KEY_PASSWORD",
+    "CLUSTER_RESOURCE",
     "KAFKA_VERSION",
+    "REAUTH_MS",
+    "SASL_MECHANISMS",
+    "SECURE_LISTENERS",
+    "SECURE_USERS",
+    "SUPER_USERS",
+    "AclBinding",
+    "AclError",
     "BrokerStartError",
     "ClusterStatus",
     "KafkaLibsError",
     "LocalKafka",
     "NodeStatus",
+    "TlsFiles",
     "api_versions",
     "cache_dir",
+    "create_acls",
     "default_state_dir",
+    "delete_acls",
+    "describe_acls",
     "ensure_kafka_libs",
     "fetch_metadata",
     "java_classpath",
     "java_executable",
     "main",
+    "make_tls_files",
     "run_java",
     "running_bootstrap",
+    "unsecured_jwt",
 ]
 
 KAFKA_VERSION = "4.3.1"
@@ -355,7 +382,7 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
 
 
 def _request(address: str, request: HeaderV2RequestPayload, response_type: type[_R],
-             timeout: float) -> _R:
+             timeout: float, ssl_context: ssl.SSLContext | None = None) -> _R:
     buf = io.BytesIO()
     correlation_id = random.randrange(1, 2**31)
     header = RequestHeader(request_api_key=request.__api_key__,
@@ -364,7 +391,11 @@ def _request(address: str, request: HeaderV2RequestPayload, response_type: type[
     entity_writer(RequestHeader)(buf, header)
     entity_writer(type(request))(buf, request)
     payload = buf.getvalue()
-    with socket.create_connection(_parse_address(address), timeout=timeout) as sock:
+    host, port = _parse_address(address)
+    with contextlib.ExitStack() as stack:
+        sock = stack.enter_context(socket.create_connection((host, port), timeout=timeout))
+        if ssl_context is not None:
+            sock = stack.enter_context(ssl_context.wrap_socket(sock, server_hostname=host))
         sock.sendall(struct.pack(">i", len(payload)) + payload)
         (size,) = struct.unpack(">i", _recv_exact(sock, 4))
         data = _recv_exact(sock, size)
@@ -375,11 +406,13 @@ def _request(address: str, request: HeaderV2RequestPayload, response_type: type[
     return response
 
 
-def api_versions(address: str, timeout: float = 2.0) -> ApiVersionsResponse:
-    """Send ApiVersions (v3) to ``host:port``; raises ``OSError`` if it does not answer."""
+def api_versions(address: str, timeout: float = 2.0, *,
+                 ssl_context: ssl.SSLContext | None = None) -> ApiVersionsResponse:
+    """Send ApiVersions (v3) to ``host:port`` (over TLS with ``ssl_context``); raises
+    ``OSError`` (``ssl.SSLError`` included) if it does not answer."""
     request = ApiVersionsRequest(client_software_name="aioproducer-devbroker",
                                  client_software_version="1")
-    response = _request(address, request, ApiVersionsResponse, timeout)
+    response = _request(address, request, ApiVersionsResponse, timeout, ssl_context)
     if response.error_code != ErrorCode.none:
         raise ConnectionError(f"ApiVersions error {response.error_code.name}")
     return response
@@ -393,6 +426,125 @@ def fetch_metadata(address: str, topics: Sequence[str] | None = (),
     request = MetadataRequest(topics=wanted, allow_auto_topic_creation=False,
                               include_topic_authorized_operations=False)
     return _request(address, request, MetadataResponse, timeout)
+
+
+# ACLs (for the secured mode's StandardAuthorizer), over the protocol like the above: the
+# PLAINTEXT listener's principal (User:ANONYMOUS) is a super user there.
+
+_ACL_RESOURCE_TYPES = {"ANY": 1, "TOPIC": 2, "GROUP": 3, "CLUSTER": 4, "TRANSACTIONAL_ID": 5,
+                       "DELEGATION_TOKEN": 6, "USER": 7}
+_ACL_OPERATIONS = {"ANY": 1, "ALL": 2, "READ": 3, "WRITE": 4, "CREATE": 5, "DELETE": 6,
+                   "ALTER": 7, "DESCRIBE": 8, "CLUSTER_ACTION": 9, "DESCRIBE_CONFIGS": 10,
+                   "ALTER_CONFIGS": 11, "IDEMPOTENT_WRITE": 12, "CREATE_TOKENS": 13,
+                   "DESCRIBE_TOKENS": 14, "TWO_PHASE_COMMIT": 15}
+_ACL_PERMISSIONS = {"ANY": 1, "DENY": 2, "ALLOW": 3}
+_ACL_PATTERNS = {"ANY": 1, "MATCH": 2, "LITERAL": 3, "PREFIXED": 4}
+
+CLUSTER_RESOURCE = "kafka-cluster"
+"""The name of the one CLUSTER resource (for IDEMPOTENT_WRITE, CLUSTER_ACTION...)."""
+
+
+def _acl_code(table: Mapping[str, int], what: str, value: str) -> i8:
+    try:
+        return i8(table[value.upper()])
+    except KeyError:
+        raise ValueError(f"unknown ACL {what} {value!r} (one of {', '.join(table)})") from None
+
+
+def _acl_name(table: Mapping[str, int], code: int) -> str:
+    return next((name for name, c in table.items() if c == code), str(code))
+
+
+class AclError(RuntimeError):
+    """The broker refused to create, list or delete ACLs."""
+
+
+@dataclasses.dataclass(frozen=True)
+class AclBinding:
+    """One ACL: ``principal`` (``"User:bob"``) may (``ALLOW``) or may not (``DENY``) do
+    ``operation`` (``WRITE``, ``DESCRIBE``, ``IDEMPOTENT_WRITE``...) on the resource
+    ``resource_type`` (``TOPIC``, ``GROUP``, ``CLUSTER``, ``TRANSACTIONAL_ID``) named
+    ``resource_name`` (``CLUSTER_RESOURCE`` for the cluster), matched ``LITERAL``-ly or as
+    a ``PREFIXED`` name. Names are Kafka's, upper-case."""
+
+    resource_type: str
+    resource_name: str
+    principal: str
+    operation: str
+    permission: str = "ALLOW"
+    pattern: str = "LITERAL"
+    host: str = "*"
+
+    def __post_init__(self) -> None:
+        for field_name, table in (("resource_type", _ACL_RESOURCE_TYPES),
+                                  ("operation", _ACL_OPERATIONS),
+                                  ("permission", _ACL_PERMISSIONS),
+                                  ("pattern", _ACL_PATTERNS)):
+            value = str(getattr(self, field_name)).upper()
+            _acl_code(table, field_name, value)
+            object.__setattr__(self, field_name, value)
+        if ":" not in self.principal:
+            raise ValueError(f"an ACL principal looks like 'User:name', not {self.principal!r}")
+
+
+def create_acls(address: str, bindings: Sequence[AclBinding], timeout: float = 10.0) -> None:
+    """Create ACLs through the broker at ``host:port`` (CreateAcls v3) as its listener's
+    principal, which must be allowed to (a super user). Raises ``AclError``."""
+    if not bindings:
+        return
+    request = CreateAclsRequest(creations=tuple(
+        AclCreation(resource_type=_acl_code(_ACL_RESOURCE_TYPES, "resource type",
+                                            b.resource_type),
+                    resource_name=b.resource_name,
+                    resource_pattern_type=_acl_code(_ACL_PATTERNS, "pattern", b.pattern),
+                    principal=b.principal, host=b.host,
+                    operation=_acl_code(_ACL_OPERATIONS, "operation", b.operation),
+                    permission_type=_acl_code(_ACL_PERMISSIONS, "permission", b.permission))
+        for b in bindings))
+    response = _request(address, request, CreateAclsResponse, timeout)
+    failed = [f"{b}: {r.error_code.name} {r.error_message or ''}".rstrip()
+              for b, r in zip(bindings, response.results, strict=False)
+              if r.error_code != ErrorCode.none]
+    if failed:
+        raise AclError("CreateAcls failed: " + "; ".join(failed))
+
+
+def describe_acls(address: str, principal: str | None = None,
+                  timeout: float = 10.0) -> list[AclBinding]:
+    """The ACLs the broker at ``host:port`` knows (of ``principal`` only, if given)."""
+    request = DescribeAclsRequest(
+        resource_type_filter=i8(_ACL_RESOURCE_TYPES["ANY"]), resource_name_filter=None,
+        pattern_type_filter=i8(_ACL_PATTERNS["ANY"]), principal_filter=principal,
+        host_filter=None, operation=i8(_ACL_OPERATIONS["ANY"]),
+        permission_type=i8(_ACL_PERMISSIONS["ANY"]))
+    response = _request(address, request, DescribeAclsResponse, timeout)
+    if response.error_code != ErrorCode.none:
+        raise AclError(f"DescribeAcls failed: {response.error_code.name} "
+                       f"{response.error_message or ''}".rstrip())
+    return [AclBinding(resource_type=_acl_name(_ACL_RESOURCE_TYPES, r.resource_type),
+                       resource_name=r.resource_name,
+                       pattern=_acl_name(_ACL_PATTERNS, r.pattern_type),
+                       principal=a.principal, host=a.host,
+                       operation=_acl_name(_ACL_OPERATIONS, a.operation),
+                       permission=_acl_name(_ACL_PERMISSIONS, a.permission_type))
+            for r in response.resources for a in r.acls]
+
+
+def delete_acls(address: str, principal: str | None = None, timeout: float = 10.0) -> int:
+    """Delete every ACL (of ``principal`` only, if given); returns how many went."""
+    request = DeleteAclsRequest(filters=(DeleteAclsFilter(
+        resource_type_filter=i8(_ACL_RESOURCE_TYPES["ANY"]), resource_name_filter=None,
+        pattern_type_filter=i8(_ACL_PATTERNS["ANY"]), principal_filter=principal,
+        host_filter=None, operation=i8(_ACL_OPERATIONS["ANY"]),
+        permission_type=i8(_ACL_PERMISSIONS["ANY"])),))
+    response = _request(address, request, DeleteAclsResponse, timeout)
+    deleted = 0
+    for result in response.filter_results:
+        if result.error_code != ErrorCode.none:
+            raise AclError(f"DeleteAcls failed: {result.error_code.name} "
+                           f"{result.error_message or ''}".rstrip())
+        deleted += len(result.matching_acls)
+    return deleted
 
 
 # --------------------------------------------------------------------------------------
@@ -636,6 +788,279 @@ while True:
 
 
 # --------------------------------------------------------------------------------------
+# The secured mode: certificates, users, listeners
+
+SECURE_LISTENERS: Mapping[str, str] = {
+    "SSL": "SSL",                        # TLS, no client certificate asked for
+    "MTLS": "SSL",                       # TLS, a client certificate (from the CA) required
+    "SSL_BADHOST": "SSL",                # TLS with a certificate for kafka.invalid only
+    "SASL_PLAINTEXT": "SASL_PLAINTEXT",  # PLAIN, SCRAM-SHA-256/512, OAUTHBEARER
+    "SASL_SSL": "SASL_SSL",              # the same over TLS
+}
+"""The secured mode's extra listeners (name -> security protocol), each on its own port;
+``PLAINTEXT`` (no authentication, a super user) and ``CONTROLLER`` stay as they are."""
+
+SECURE_USERS: Mapping[str, str] = {"admin": "admin-secret", "alice": "alice-secret",
+                                   "bob": "bob-secret"}
+"""The secured mode's users and passwords, for PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512."""
+
+SUPER_USERS = ("admin", "alice")
+"""Users allowed everything. The others (``bob``) may do only what ACLs grant them."""
+
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+
+REAUTH_MS = 10_000
+"""``connections.max.reauth.ms`` of the SASL listeners: the session lifetime the broker
+gives in SaslAuthenticate, after which a client must re-authenticate (KIP-368)."""
+
+BADHOST_NAME = "kafka.invalid"
+"""The only name (DNS SAN) in the certificate of the ``SSL_BADHOST`` listener."""
+
+CLIENT_KEY_PASSWORD = "client-key-secret"
+_CLIENT_NAME = "alice"  # the client certificate's CN, mapped to the principal User:alice
+_CERT_DAYS = "3650"
+
+_OPENSSL_CNF = f"""\
+[req]
+distinguished_name = dn
+prompt = no
+[dn]
+CN = placeholder
+[ca]
+basicConstraints = critical,CA:TRUE
+keyUsage = critical,keyCertSign,cRLSign
+subjectKeyIdentifier = hash
+[broker]
+basicConstraints = critical,CA:FALSE
+keyUsage = critical,digitalSignature,keyEncipherment
+extendedKeyUsage = serverAuth,clientAuth
+subjectAltName = IP:127.0.0.1,DNS:localhost
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid:always
+[badhost]
+basicConstraints = critical,CA:FALSE
+keyUsage = critical,digitalSignature,keyEncipherment
+extendedKeyUsage = serverAuth
+subjectAltName = DNS:{BADHOST_NAME}
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid:always
+[client]
+basicConstraints = critical,CA:FALSE
+keyUsage = critical,digitalSignature,keyEncipherment
+extendedKeyUsage = clientAuth
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid:always
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class TlsFiles:
+    """The PEM files of the secured mode (all in ``directory``). Keys are PKCS#8.
+
+    - ``ca_file``: the test CA; it signed every certificate below but the ``other_*``.
+    - ``broker_keystore``: the brokers' key + certificate (SAN IP:127.0.0.1 and
+      DNS:localhost) + CA; ``badhost_keystore``: the same for ``SSL_BADHOST``, whose
+      certificate names only ``kafka.invalid``.
+    - ``client_cert`` / ``client_key``: a client certificate (CN=alice, so the principal
+      on the ``MTLS`` listener is ``User:alice``); ``client_key_encrypted`` is that key
+      encrypted with ``client_key_password`` (AES-256); ``client_chain`` is the key, the
+      certificate and the CA in one file.
+    - ``other_ca_file``: an unrelated CA (verifying the brokers with it fails);
+      ``other_client_cert``/``other_client_key``: a client certificate it signed (the
+      ``MTLS`` listener refuses it).
+    """
+
+    directory: Path
+
+    @property
+    def ca_file(self) -> Path:
+        return self.directory / "ca.pem"
+
+    @property
+    def ca_key(self) -> Path:
+        return self.directory / "ca.key"
+
+    @property
+    def broker_keystore(self) -> Path:
+        return self.directory / "broker-keystore.pem"
+
+    @property
+    def badhost_keystore(self) -> Path:
+        return self.directory / "badhost-keystore.pem"
+
+    @property
+    def client_cert(self) -> Path:
+        return self.directory / "client.pem"
+
+    @property
+    def client_key(self) -> Path:
+        return self.directory / "client.key"
+
+    @property
+    def client_key_encrypted(self) -> Path:
+        return self.directory / "client-encrypted.key"
+
+    @property
+    def client_key_password(self) -> str:
+        return CLIENT_KEY_PASSWORD
+
+    @property
+    def client_chain(self) -> Path:
+        return self.directory / "client-chain.pem"
+
+    @property
+    def other_ca_file(self) -> Path:
+        return self.directory / "other-ca.pem"
+
+    @property
+    def other_client_cert(self) -> Path:
+        return self.directory / "other-client.pem"
+
+    @property
+    def other_client_key(self) -> Path:
+        return self.directory / "other-client.key"
+
+    def exists(self) -> bool:
+        return all(p.is_file() for p in (
+            self.ca_file, self.broker_keystore, self.badhost_keystore, self.client_cert,
+            self.client_key, self.client_key_encrypted, self.client_chain,
+            self.other_ca_file, self.other_client_cert, self.other_client_key))
+
+    def ssl_context(self, *, client_cert: bool = False,
+                    check_hostname: bool = True) -> ssl.SSLContext:
+        """A client-side ``ssl.SSLContext`` that trusts ``ca_file`` (and presents the
+        client certificate with ``client_cert``)."""
+        ctx = ssl.create_default_context(cafile=str(self.ca_file))
+        ctx.check_hostname = check_hostname
+        if client_cert:
+            ctx.load_cert_chain(str(self.client_cert), str(self.client_key))
+        return ctx
+
+
+def _openssl(args: Sequence[str], cwd: Path) -> None:
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        raise BrokerStartError("the secured mode makes its certificates with 'openssl', "
+                               "which is not on PATH (on Debian/Ubuntu: apt-get install "
+                               "openssl)")
+    done = subprocess.run([openssl, *args], cwd=cwd, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=60, check=False)
+    if done.returncode != 0:
+        raise BrokerStartError(f"openssl {shlex.join(args)} failed (exit {done.returncode})",
+                               _tail(done.stderr + done.stdout, 20))
+
+
+def make_tls_files(directory: str | os.PathLike[str]) -> TlsFiles:
+    """Make (afresh) the secured mode's CAs, keys and certificates with ``openssl``
+    into ``directory``; see ``TlsFiles``. EC P-256 keys, valid for ten years."""
+    files = TlsFiles(Path(directory).absolute())
+    d = files.directory
+    d.mkdir(parents=True, exist_ok=True)
+    cnf = d / "openssl.cnf"
+    cnf.write_text(_OPENSSL_CNF)
+
+    def key(name: str) -> None:
+        _openssl(["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256",
+                  "-out", name], d)
+
+    def ca(name: str, cn: str) -> None:
+        key(f"{name}.key")
+        _openssl(["req", "-new", "-x509", "-config", cnf.name, "-extensions", "ca",
+                  "-key", f"{name}.key", "-subj", f"/CN={cn}", "-days", _CERT_DAYS,
+                  "-sha256", "-out", f"{name}.pem"], d)
+
+    def leaf(name: str, cn: str, extensions: str, issuer: str) -> None:
+        key(f"{name}.key")
+        _openssl(["req", "-new", "-config", cnf.name, "-key", f"{name}.key",
+                  "-subj", f"/CN={cn}", "-out", f"{name}.csr"], d)
+        _openssl(["x509", "-req", "-in", f"{name}.csr", "-CA", f"{issuer}.pem",
+                  "-CAkey", f"{issuer}.key", "-set_serial", f"0x{os.urandom(12).hex()}",
+                  "-days", _CERT_DAYS, "-sha256", "-extfile", cnf.name,
+                  "-extensions", extensions, "-out", f"{name}.pem"], d)
+        (d / f"{name}.csr").unlink()
+
+    ca("ca", "aioproducer test CA")
+    ca("other-ca", "aioproducer unrelated test CA")
+    leaf("broker", "localhost", "broker", "ca")
+    leaf("badhost", BADHOST_NAME, "badhost", "ca")
+    leaf("client", _CLIENT_NAME, "client", "ca")
+    leaf("other-client", _CLIENT_NAME, "client", "other-ca")
+    _openssl(["pkcs8", "-topk8", "-v2", "aes-256-cbc", "-in", "client.key",
+              "-out", files.client_key_encrypted.name,
+              "-passout", f"pass:{CLIENT_KEY_PASSWORD}"], d)
+    ca_pem = files.ca_file.read_text()
+    for name, target in (("broker", files.broker_keystore),
+                         ("badhost", files.badhost_keystore),
+                         ("client", files.client_chain)):
+        target.write_text((d / f"{name}.key").read_text() + (d / f"{name}.pem").read_text()
+                          + ca_pem)
+    for path in d.iterdir():
+        if path.suffix == ".key":
+            path.chmod(0o600)
+    return files
+
+
+def _jaas(module: str, **options: str) -> str:
+    return " ".join([module, "required", *(f'{k}="{v}"' for k, v in options.items())]) + ";"
+
+
+def _secure_config(tls: TlsFiles) -> dict[str, str]:
+    """The server.properties entries of the secured mode (but the listeners)."""
+    config: dict[str, str] = {
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(tls.broker_keystore),
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(tls.ca_file),
+        "ssl.client.auth": "none",
+        "listener.name.mtls.ssl.client.auth": "required",
+        "listener.name.ssl_badhost.ssl.keystore.location": str(tls.badhost_keystore),
+        # The principal of a client certificate is its CN (User:alice), not the whole DN.
+        "ssl.principal.mapping.rules": "RULE:^CN=([^,]+).*$/$1/,DEFAULT",
+        "sasl.enabled.mechanisms": ",".join(SASL_MECHANISMS),
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "allow.everyone.if.no.acl.found": "false",
+        # ANONYMOUS: the PLAINTEXT and CONTROLLER listeners (set-up, inter-broker) and TLS
+        # without a client certificate.
+        "super.users": ";".join(["User:ANONYMOUS", *(f"User:{u}" for u in SUPER_USERS)]),
+    }
+    plain_users = {f"user_{u}": p for u, p in SECURE_USERS.items()}
+    for listener in (n for n, p in SECURE_LISTENERS.items() if p.startswith("SASL_")):
+        prefix = f"listener.name.{listener.lower()}."
+        config[prefix + "plain.sasl.jaas.config"] = _jaas(
+            "org.apache.kafka.common.security.plain.PlainLoginModule", **plain_users)
+        for mechanism in ("scram-sha-256", "scram-sha-512"):
+            config[f"{prefix}{mechanism}.sasl.jaas.config"] = _jaas(
+                "org.apache.kafka.common.security.scram.ScramLoginModule")
+        # No callback handler configured: the broker validates unsecured JWS tokens
+        # (alg "none", the principal in "sub", an "exp"): OAuthBearerUnsecuredValidator...
+        config[prefix + "oauthbearer.sasl.jaas.config"] = _jaas(
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule",
+            unsecuredLoginStringClaim_sub="admin")
+        config[prefix + "connections.max.reauth.ms"] = str(REAUTH_MS)
+    return config
+
+
+def _scram_format_args() -> list[str]:
+    """``kafka-storage format`` arguments that add every user's SCRAM credentials."""
+    args: list[str] = []
+    for user, password in SECURE_USERS.items():
+        for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+            args += ["--add-scram", f"{mechanism}=[name={user},password={password}]"]
+    return args
+
+
+def unsecured_jwt(subject: str, lifetime: float = 3600.0, **claims: Any) -> str:
+    """An unsigned OAUTHBEARER token (JWS with ``alg: none``) for ``subject``, as the
+    secured mode's brokers accept: ``sub``, ``iat``, ``exp`` (``lifetime`` s from now)."""
+    def b64(obj: Mapping[str, Any]) -> str:
+        raw = json.dumps(obj, separators=(",", ":")).encode()
+        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    now = time.time()
+    payload = {"sub": subject, "iat": int(now), "exp": int(now + lifetime), **claims}
+    return f"{b64({'alg': 'none'})}.{b64(payload)}."
+
+
+# --------------------------------------------------------------------------------------
 # The cluster
 
 
@@ -647,6 +1072,8 @@ class NodeStatus:
     controller_port: int
     alive: bool
     answering: bool
+    listeners: tuple[tuple[str, int], ...] = ()
+    """The secured mode's listeners: (name, port), see ``SECURE_LISTENERS``."""
 
     @property
     def address(self) -> str:
@@ -678,6 +1105,9 @@ class ClusterStatus:
             pid = f"pid {n.pid}" if n.alive else "no process"
             lines.append(f"  node {n.node_id}: {n.address} (controller :{n.controller_port}), "
                          f"{pid}, {what}")
+            if n.listeners:
+                lines.append("    " + ", ".join(f"{name} {_HOST}:{port}"
+                                               for name, port in n.listeners))
         return "\n".join(lines)
 
 
@@ -690,15 +1120,24 @@ class LocalKafka:
     ``extra_config`` is added to (and overrides) every node's ``server.properties``.
     The heap is ``-Xmx1g`` unless ``$AIOPRODUCER_BROKER_HEAP`` gives JVM options
     (like ``KAFKA_HEAP_OPTS``, e.g. ``"-Xms512m -Xmx2g"``).
+
+    With ``secure=True`` every node also has the listeners of ``SECURE_LISTENERS`` (TLS
+    with certificates made at start into ``<state_dir>/tls``, see ``tls``; SASL PLAIN,
+    SCRAM-SHA-256/512 and unsecured-JWT OAUTHBEARER for ``SECURE_USERS``; sessions of
+    ``REAUTH_MS``) and authorizes with ``StandardAuthorizer``: ``SUPER_USERS`` and the
+    PLAINTEXT listener (``bootstrap``, User:ANONYMOUS) may do anything, other users what
+    ACLs allow (``add_acls``, ``grant_producer``). ``listener_bootstrap(name)`` gives the
+    addresses of a listener.
     """
 
     def __init__(self, state_dir: str | os.PathLike[str], nodes: int = 1, *,
                  extra_config: Mapping[str, str] | None = None, stop_with_owner: bool = True,
-                 ttl: float | None = None) -> None:
+                 ttl: float | None = None, secure: bool = False) -> None:
         if nodes < 1:
             raise ValueError("nodes must be at least 1")
         self.state_dir = Path(state_dir).expanduser().absolute()
         self.nodes = nodes
+        self.secure = secure
         self.extra_config = dict(extra_config or {})
         self.stop_with_owner = stop_with_owner
         self.ttl = ttl
@@ -753,6 +1192,92 @@ class LocalKafka:
     def node_controller_port(self, i: int) -> int:
         return int(self._node(self._state(), i)["controller_port"])
 
+    # ---- the secured mode -------------------------------------------------------------
+
+    @property
+    def tls(self) -> TlsFiles:
+        """The certificates and keys of the secured mode (made when the cluster starts)."""
+        return TlsFiles(self.state_dir / "tls")
+
+    def node_listener_port(self, i: int, listener: str) -> int:
+        """The port of node ``i``'s listener ``listener`` (``PLAINTEXT`` or one of
+        ``SECURE_LISTENERS``; those only in the secured mode)."""
+        node = self._node(self._state(), i)
+        name = listener.upper()
+        if name == "PLAINTEXT":
+            return int(node["broker_port"])
+        ports: dict[str, int] = node.get("listeners") or {}
+        if name not in ports:
+            raise ValueError(f"no listener {listener!r} (the cluster in {self.state_dir} has "
+                             f"{', '.join(['PLAINTEXT', *ports])})")
+        return int(ports[name])
+
+    def listener_bootstrap(self, listener: str) -> str:
+        """``127.0.0.1:port[,...]``: every node's listener ``listener`` (e.g. ``SASL_SSL``;
+        ``PLAINTEXT`` is ``bootstrap``)."""
+        return ",".join(f"{_HOST}:{self.node_listener_port(i, listener)}"
+                        for i in range(len(self._state()["nodes"])))
+
+    def _live_addresses(self) -> list[str]:
+        addresses = [self.node_address(i) for i in range(self.node_count())
+                     if self.node_alive(i)]
+        if not addresses:
+            raise RuntimeError("no node is running")
+        return addresses
+
+    def add_acls(self, bindings: Sequence[AclBinding], timeout: float = 30.0) -> None:
+        """Create ACLs (as the PLAINTEXT listener's super user) and wait until every live
+        node's authorizer has them. Raises ``AclError``."""
+        addresses = self._live_addresses()
+        create_acls(addresses[0], bindings, timeout)
+        wanted = set(bindings)
+        deadline = time.monotonic() + timeout
+        for address in addresses:
+            while not wanted <= set(describe_acls(address, timeout=timeout)):
+                if time.monotonic() > deadline:
+                    raise AclError(f"the ACLs did not reach {address} within {timeout:.0f} s")
+                time.sleep(0.05)
+
+    def grant_producer(self, user: str, topics: Sequence[str] = (), *,
+                       prefixed: bool = False, transactional_ids: Sequence[str] = (),
+                       groups: Sequence[str] = (), idempotent: bool = True,
+                       timeout: float = 30.0) -> list[AclBinding]:
+        """Let ``user`` produce: WRITE, DESCRIBE and CREATE on ``topics`` (names, or name
+        prefixes with ``prefixed``), IDEMPOTENT_WRITE on the cluster (``idempotent``),
+        WRITE and DESCRIBE on ``transactional_ids`` (prefixes too with ``prefixed``), READ
+        and DESCRIBE on consumer ``groups`` (``send_offsets_to_transaction``); like
+        ``kafka-acls --producer``. Returns the ACLs made."""
+        principal = f"User:{user}"
+        pattern = "PREFIXED" if prefixed else "LITERAL"
+        bindings = [AclBinding("TOPIC", t, principal, op, pattern=pattern)
+                    for t in topics for op in ("WRITE", "DESCRIBE", "CREATE")]
+        if idempotent:
+            bindings.append(AclBinding("CLUSTER", CLUSTER_RESOURCE, principal,
+                                       "IDEMPOTENT_WRITE"))
+        bindings += [AclBinding("TRANSACTIONAL_ID", t, principal, op, pattern=pattern)
+                     for t in transactional_ids for op in ("WRITE", "DESCRIBE")]
+        bindings += [AclBinding("GROUP", g, principal, op, pattern=pattern)
+                     for g in groups for op in ("READ", "DESCRIBE")]
+        self.add_acls(bindings, timeout)
+        return bindings
+
+    def acls(self, principal: str | None = None) -> list[AclBinding]:
+        """The ACLs (of ``principal``, e.g. ``"User:bob"``, if given)."""
+        return describe_acls(self._live_addresses()[0], principal)
+
+    def remove_acls(self, principal: str | None = None, timeout: float = 30.0) -> int:
+        """Delete every ACL (of ``principal`` only, if given) and wait until every live
+        node's authorizer has forgotten them; returns how many went."""
+        addresses = self._live_addresses()
+        deleted = delete_acls(addresses[0], principal, timeout)
+        deadline = time.monotonic() + timeout
+        for address in addresses:
+            while describe_acls(address, principal, timeout):
+                if time.monotonic() > deadline:
+                    raise AclError(f"ACLs still on {address} after {timeout:.0f} s")
+                time.sleep(0.05)
+        return deleted
+
     def node_pid(self, i: int) -> int | None:
         """The pid of node ``i``'s JVM, or None when it does not run."""
         node = self._node(self._state(), i)
@@ -805,9 +1330,10 @@ class LocalKafka:
                     answering = True
                 except (OSError, ValueError):
                     pass
+            listeners = tuple((str(k), int(v)) for k, v in (node.get("listeners") or {}).items())
             nodes.append(NodeStatus(i, node.get("pid") if alive else None,
                                     int(node["broker_port"]), int(node["controller_port"]),
-                                    alive, answering))
+                                    alive, answering, listeners))
         bootstrap = ",".join(f"{_HOST}:{n.broker_port}" for n in nodes)
         return ClusterStatus(self.state_dir, tuple(nodes), bootstrap)
 
@@ -831,15 +1357,19 @@ class LocalKafka:
         min_isr = min(2, replication)
         voters = ",".join(f"{n['node_id']}@{_HOST}:{n['controller_port']}" for n in nodes)
         me = nodes[i]
+        extra: dict[str, int] = me.get("listeners") or {}
+        advertised = ",".join([f"PLAINTEXT://{_HOST}:{me['broker_port']}",
+                               *(f"{name}://{_HOST}:{port}" for name, port in extra.items())])
+        protocols = ",".join(["PLAINTEXT:PLAINTEXT", "CONTROLLER:PLAINTEXT",
+                              *(f"{name}:{SECURE_LISTENERS[name]}" for name in extra)])
         config: dict[str, str] = {
             "process.roles": "broker,controller",
             "node.id": str(me["node_id"]),
             "controller.quorum.voters": voters,
-            "listeners": (f"PLAINTEXT://{_HOST}:{me['broker_port']},"
-                          f"CONTROLLER://{_HOST}:{me['controller_port']}"),
-            "advertised.listeners": f"PLAINTEXT://{_HOST}:{me['broker_port']}",
+            "listeners": f"{advertised},CONTROLLER://{_HOST}:{me['controller_port']}",
+            "advertised.listeners": advertised,
             "controller.listener.names": "CONTROLLER",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map": protocols,
             "inter.broker.listener.name": "PLAINTEXT",
             "log.dirs": str(self.node_dir(i) / "data"),
             "auto.create.topics.enable": "false",
@@ -860,6 +1390,8 @@ class LocalKafka:
             "broker.heartbeat.interval.ms": "1000",
             "broker.session.timeout.ms": "6000",
         }
+        if extra:
+            config.update(_secure_config(self.tls))
         config.update(self.extra_config)
         return "".join(f"{k}={v}\n" for k, v in config.items())
 
@@ -904,13 +1436,22 @@ class LocalKafka:
         for old in self.state_dir.glob("node-*"):
             if old.is_dir():
                 shutil.rmtree(old)
-        ports = _free_ports(2 * self.nodes)
+        names = list(SECURE_LISTENERS) if self.secure else []
+        per_node = 2 + len(names)
+        ports = _free_ports(per_node * self.nodes)
         nodes: list[dict[str, Any]] = []
         for i in range(self.nodes):
             props = self.node_dir(i) / "server.properties"
-            nodes.append({"node_id": i, "broker_port": ports[2 * i],
-                          "controller_port": ports[2 * i + 1], "pid": None,
-                          "marker": str(props)})
+            mine = ports[per_node * i:per_node * (i + 1)]
+            node: dict[str, Any] = {"node_id": i, "broker_port": mine[0],
+                                    "controller_port": mine[1], "pid": None,
+                                    "marker": str(props)}
+            if names:
+                node["listeners"] = dict(zip(names, mine[2:], strict=True))
+            nodes.append(node)
+        if self.secure:
+            shutil.rmtree(self.tls.directory, ignore_errors=True)
+            make_tls_files(self.tls.directory)
         cluster_id = _kafka_cluster_id()
         for i in range(self.nodes):
             d = self.node_dir(i)
@@ -919,7 +1460,7 @@ class LocalKafka:
             (d / "log4j2.yaml").write_text(self._log4j_config(i))
         state: dict[str, Any] = {"kafka_version": KAFKA_VERSION, "cluster_id": cluster_id,
                                  "state": "formatting", "created": time.time(),
-                                 "watchdog_pid": None, "nodes": nodes}
+                                 "watchdog_pid": None, "secure": self.secure, "nodes": nodes}
         self._save(state)
         self._format(cluster_id)
         return state
@@ -928,9 +1469,10 @@ class LocalKafka:
         procs = []
         try:
             for i in range(self.nodes):
+                scram = _scram_format_args() if self.secure else []
                 cmd = _tool_command("kafka.tools.StorageTool",
                                     ["format", "-t", cluster_id, "-c",
-                                     str(self.node_dir(i) / "server.properties")], ())
+                                     str(self.node_dir(i) / "server.properties"), *scram], ())
                 procs.append(subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
                                               stdout=subprocess.PIPE,
                                               stderr=subprocess.STDOUT, text=True))
@@ -998,6 +1540,7 @@ class LocalKafka:
         expected = {i for i, n in enumerate(nodes) if n.get("pid")}
         pending = set(expected)
         last_error: dict[int, str] = {}
+        tls = self.tls.ssl_context() if any(n.get("listeners") for n in nodes) else None
         while True:
             for i in sorted(pending):
                 node = nodes[i]
@@ -1009,6 +1552,9 @@ class LocalKafka:
                     api_versions(address, remaining)
                     listed = {int(b.node_id)
                               for b in fetch_metadata(address, timeout=remaining).brokers}
+                    if tls is not None:  # the secured mode: TLS works too
+                        api_versions(f"{_HOST}:{node['listeners']['SSL']}", remaining,
+                                     ssl_context=tls)
                 except (OSError, ValueError) as exc:
                     last_error[i] = f"{type(exc).__name__}: {exc}"
                     continue
@@ -1045,7 +1591,7 @@ class LocalKafka:
         """
         state = self._load()
         if state and state.get("state") == "running" and len(state.get("nodes", [])) == (
-                self.nodes):
+                self.nodes) and bool(state.get("secure")) == self.secure:
             status = self.status()
             if status.running:
                 with contextlib.suppress(BrokerStartError):
@@ -1141,7 +1687,7 @@ class LocalKafka:
         """Restart the nodes that are down (or start the cluster); returns the bootstrap."""
         state = self._load()
         if state is None or state.get("state") != "running" or len(state["nodes"]) != (
-                self.nodes):
+                self.nodes) or bool(state.get("secure")) != self.secure:
             return self.start(timeout)
         deadline = time.monotonic() + timeout
         for i in range(self.nodes):
@@ -1158,7 +1704,8 @@ class LocalKafka:
         self.stop()
 
     def __repr__(self) -> str:
-        return f"LocalKafka({str(self.state_dir)!r}, nodes={self.nodes})"
+        secure = ", secure=True" if self.secure else ""
+        return f"LocalKafka({str(self.state_dir)!r}, nodes={self.nodes}{secure})"
 
 
 def running_bootstrap(state_dir: str | os.PathLike[str] | None = None) -> str | None:
@@ -1189,6 +1736,9 @@ def _parser() -> argparse.ArgumentParser:
     start.add_argument("--timeout", type=float, default=120.0)
     start.add_argument("--ttl", type=float, default=None,
                        help="stop the cluster by itself after this many seconds")
+    start.add_argument("--secure", action="store_true",
+                       help="the secured mode: TLS and SASL listeners, users, ACLs (see "
+                            "LocalKafka)")
     stop = sub.add_parser("stop", parents=[common], help="stop every node")
     stop.add_argument("--timeout", type=float, default=30.0)
     sub.add_parser("status", parents=[common],
@@ -1211,15 +1761,21 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "start":
             status = cluster.status()
-            if status.running and args.nodes in (None, len(status.nodes)):
+            if status.running and args.nodes in (None, len(status.nodes)) and (
+                    not args.secure or any(n.listeners for n in status.nodes)):
                 print(status.bootstrap)
                 return 0
             nodes = args.nodes or (len(status.nodes) if status.nodes else 1)
-            cluster = LocalKafka(state_dir, nodes, stop_with_owner=False, ttl=args.ttl)
+            cluster = LocalKafka(state_dir, nodes, stop_with_owner=False, ttl=args.ttl,
+                                 secure=args.secure)
             started = time.monotonic()
             bootstrap = cluster.start(timeout=args.timeout)
             print(f"Kafka {KAFKA_VERSION}: {nodes} node(s) up in "
                   f"{time.monotonic() - started:.1f} s; logs in {state_dir}/node-*/server.log")
+            if args.secure:
+                print(cluster.status().describe())
+                print(f"certificates in {cluster.tls.directory}; users "
+                      + ", ".join(f"{u}/{p}" for u, p in SECURE_USERS.items()))
             print(bootstrap)
             return 0
         if args.command == "stop":

@@ -5,6 +5,8 @@
 - ``local_kafka``: that ``LocalKafka`` (None when ``$AIOPRODUCER_BOOTSTRAP`` is used).
 - ``kafka_cluster3``: a three-node local cluster, started only if a test asks for it;
   nodes a test killed are restarted before the next test that uses it.
+- ``secure_kafka``: a one-node local broker in the secured mode (TLS and SASL listeners,
+  users, ACLs: ``LocalKafka(..., secure=True)``), started only if a test asks for it.
 - ``topic_factory``: ``make(partitions=1, replication=1, config=None) -> name``; the
   topics are deleted after the test.
 
@@ -73,6 +75,16 @@ def kafka_cluster3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKa
     cluster = LocalKafka(tmp_path_factory.mktemp("kafka3"), nodes=3)
     try:
         _start(cluster, "the three-node local Kafka cluster")
+        yield cluster
+    finally:
+        cluster.stop(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def secure_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafka]:
+    cluster = LocalKafka(tmp_path_factory.mktemp("kafka-secure"), nodes=1, secure=True)
+    try:
+        _start(cluster, "the secured local Kafka broker")
         yield cluster
     finally:
         cluster.stop(timeout=30)
