@@ -8,10 +8,12 @@
 from . import _native  # noqa: F401  (fails with a clear message if the core is not built)
 from .config import ProducerConfig
 from .errors import (
+    AuthenticationError,
     BrokerResponseError,
     BufferExhaustedError,
     ConfigError,
     DeliveryTimeoutError,
+    GroupAuthorizationError,
     IllegalStateError,
     KafkaConnectionError,
     KafkaError,
@@ -23,6 +25,7 @@ from .errors import (
     RecordTooLargeError,
     RequestTimedOutError,
     SerializationError,
+    TLSError,
     TopicAuthorizationError,
     TransactionAbortableError,
     TransactionAbortedError,
@@ -30,6 +33,8 @@ from .errors import (
     UnknownTopicError,
     UnsupportedVersionError,
 )
+from .interceptors import ProducerInterceptor, ProducerRecord
+from .metrics import MetricsSnapshot
 from .producer import Producer
 from .record import RecordFuture, RecordMetadata, SendManyResult
 from .transactions import GroupMetadata
@@ -37,20 +42,25 @@ from .transactions import GroupMetadata
 __version__ = "0.1.0"
 
 __all__ = [
+    "AuthenticationError",
     "BrokerResponseError",
     "BufferExhaustedError",
     "ConfigError",
     "DeliveryTimeoutError",
+    "GroupAuthorizationError",
     "GroupMetadata",
     "IllegalStateError",
     "KafkaConnectionError",
     "KafkaError",
     "KafkaTimeoutError",
+    "MetricsSnapshot",
     "PartitionError",
     "Producer",
     "ProducerClosedError",
     "ProducerConfig",
     "ProducerFencedError",
+    "ProducerInterceptor",
+    "ProducerRecord",
     "ProtocolError",
     "RecordFuture",
     "RecordMetadata",
@@ -58,6 +68,7 @@ __all__ = [
     "RequestTimedOutError",
     "SendManyResult",
     "SerializationError",
+    "TLSError",
     "TopicAuthorizationError",
     "TransactionAbortableError",
     "TransactionAbortedError",

@@ -19,6 +19,7 @@ from ._native import BATCH_HEADER_SIZE, Block, BufferPool, ProducerBatch
 from .compression import CompressionRatioEstimator, Compressor
 from .errors import BufferExhaustedError, KafkaError, ProducerClosedError
 from .metadata import Cluster
+from .metrics import ProducerMetrics
 
 __all__ = ["ProducerBatch", "ReadyResult", "RecordAccumulator"]
 
@@ -48,6 +49,7 @@ class RecordAccumulator:
                  compressor: Compressor | None = None,
                  max_request_size: int = 1048576) -> None:
         self.pool = BufferPool(buffer_memory, batch_size)
+        self.metrics: ProducerMetrics | None = None
         self.batch_size = batch_size
         self.codec = codec
         self.compressor = compressor
@@ -134,6 +136,7 @@ class RecordAccumulator:
         deadline = loop.time() + max_block_s
         fut: asyncio.Future[None] = loop.create_future()
         self._waiters.append(fut)
+        started = time.perf_counter_ns()
         try:
             while True:
                 if self.closing:
@@ -164,6 +167,9 @@ class RecordAccumulator:
             if fut in self._waiters:
                 self._waiters.remove(fut)
             self._wake_first_waiter()
+            if self.metrics is not None:
+                waited = time.perf_counter_ns() - started
+                self.metrics.pool_waited(waited, time.monotonic())
 
     @property
     def memory_waiters(self) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import ssl
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -107,6 +107,9 @@ class ProducerConfig:
     transaction_timeout_ms: int = 60000
     """``transaction.timeout.ms``: the coordinator aborts a transaction left open longer."""
 
+    interceptors: Sequence[Any] = ()
+    """``interceptor.classes``: objects with ``on_send(record) -> record`` and/or
+    ``on_acknowledgement(metadata, exception)`` (see :mod:`aioproducer.interceptors`)."""
     security_protocol: str = "PLAINTEXT"
     """``security.protocol``: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL."""
     ssl_context: ssl.SSLContext | None = field(default=None, repr=False)
@@ -201,6 +204,14 @@ class ProducerConfig:
                 not isinstance(self.transactional_id, str) or not self.transactional_id):
             raise ConfigError("transactional_id must be a non-empty str (or None)")
         self._check_security()
+        if isinstance(self.interceptors, (str, bytes)) or not isinstance(
+                self.interceptors, (list, tuple)):
+            raise ConfigError("interceptors must be a list of interceptor objects")
+        for ic in self.interceptors:
+            if not (callable(getattr(ic, "on_send", None))
+                    or callable(getattr(ic, "on_acknowledgement", None))):
+                raise ConfigError(f"interceptor {ic!r} has neither on_send nor "
+                                  "on_acknowledgement")
         if self.retry_backoff_max_ms < self.retry_backoff_ms:
             raise ConfigError("retry_backoff_max_ms must be >= retry_backoff_ms")
         if self.delivery_timeout_ms < self.linger_ms + self.request_timeout_ms:

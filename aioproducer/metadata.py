@@ -202,6 +202,10 @@ class Metadata:
         self._last_attempt = now
         return sorted(self.topics)
 
+    def age(self, now: float) -> float:
+        """Seconds since the last successful refresh (Java's ``metadata-age``)."""
+        return now - self._last_refresh if self._last_refresh else 0.0
+
     def refresh_failed(self, now: float, exc: BaseException) -> None:
         self._in_progress = False
         self._need_update = True
@@ -218,7 +222,17 @@ class Metadata:
         old = self.cluster
         self.cluster = old.merged_with(cluster, requested)
         self.version += 1
+        if old.nodes != self.cluster.nodes and old.nodes:
+            log.info("metadata version %d: brokers now %s", self.version,
+                     ", ".join(f"{n}={h}:{p}" for n, (h, p) in sorted(self.cluster.nodes.items())))
         if old.leaders != self.cluster.leaders:
+            moved = [f"{t}-{p} {old.leaders[(t, p)]}->{n}"
+                     for (t, p), n in self.cluster.leaders.items()
+                     if (t, p) in old.leaders and old.leaders[(t, p)] != n]
+            if moved:
+                log.info("metadata version %d: leader changed for %d partition(s): %s%s",
+                         self.version, len(moved), ", ".join(moved[:10]),
+                         ", ..." if len(moved) > 10 else "")
             log.debug("metadata version %d: %d topics, %d nodes", self.version,
                       len(self.cluster.topics), len(self.cluster.nodes))
         # Unknown topics keep waiters waiting; ask again after the backoff.

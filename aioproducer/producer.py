@@ -23,7 +23,9 @@ from .errors import (
     RecordTooLargeError,
     SerializationError,
 )
+from .interceptors import InterceptorChain, ProducerRecord
 from .metadata import Cluster, Metadata, TopicInfo
+from .metrics import MetricsSnapshot, ProducerMetrics
 from .net.client import KafkaClient
 from .partitioner import RecordPartitioner
 from .record import RecordFuture, RecordMetadata, SendManyResult
@@ -69,6 +71,8 @@ class Producer:
             compressor=make_compressor(c.compression_type, c.compression_level),
             max_request_size=c.max_request_size,
         )
+        self._metrics = ProducerMetrics(c.client_id)
+        self._accumulator.metrics = self._metrics
         # Records whose key + value approach a size limit take the exact Python check.
         max_payload = min(c.max_request_size, c.buffer_memory) - BATCH_HEADER_SIZE - 64
         self._partitioner = RecordPartitioner(c.partitioner, ignore_keys=c.partitioner_ignore_keys,
@@ -83,8 +87,9 @@ class Producer:
         self._value_serializer = c.value_serializer
         self._linger_zero = c.linger_ms == 0
         self._appender = self._partitioner.appender
+        self._interceptors = InterceptorChain(c.interceptors)
         self._fast = self._partitioner.fast and c.key_serializer is None \
-            and c.value_serializer is None
+            and c.value_serializer is None and not self._interceptors
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -111,7 +116,7 @@ class Producer:
         cluster = Cluster.from_response(response)
         client.update_nodes(cluster.nodes)
         self._metadata.refresh_done(time.monotonic(), cluster, [])
-        self._sender = Sender(c, client, self._metadata, self._accumulator)
+        self._sender = Sender(c, client, self._metadata, self._accumulator, self._metrics)
         self._txn = self._sender.txn
         self._sender.start()
         self._state = _RUNNING
@@ -200,6 +205,7 @@ class Producer:
                 await sender.stop()
             if self._client is not None:
                 await self._client.close()
+            self._interceptors.close()
             self._state = _CLOSED
 
     @property
@@ -225,7 +231,35 @@ class Producer:
             fut = self._appender.append(topic, value, key, partition, timestamp_ms)
             if fut is not None:
                 return fut
+        if self._interceptors:
+            return await self._send_intercepted(topic, value, key, partition, timestamp_ms,
+                                                headers)
         return await self._send_slow(topic, value, key, partition, timestamp_ms, headers)
+
+    async def _send_intercepted(self, topic: str, value: Any, key: Any,
+                                partition: int | None, timestamp_ms: int | None,
+                                headers: Sequence[Header] | None) -> RecordFuture:
+        chain = self._interceptors
+        rec = chain.on_send(ProducerRecord(topic, value, key, partition, timestamp_ms,
+                                           headers))
+        try:
+            fut = await self._send_slow(rec.topic, rec.value, rec.key, rec.partition,
+                                        rec.timestamp_ms, rec.headers)
+        except Exception as exc:
+            chain.on_acknowledgement(RecordMetadata(
+                rec.topic, rec.partition if rec.partition is not None else -1, -1, -1, -1, -1),
+                exc)
+            raise
+        fut.add_done_callback(self._acknowledged)
+        return fut
+
+    def _acknowledged(self, fut: RecordFuture) -> None:
+        exc = fut.exception()
+        if exc is None:
+            self._interceptors.on_acknowledgement(fut.result(), None)
+        else:
+            self._interceptors.on_acknowledgement(
+                RecordMetadata(fut.topic, fut.partition, -1, -1, -1, -1), exc)
 
     async def _send_slow(self, topic: str, value: Any, key: Any, partition: int | None,
                          timestamp_ms: int | None,
@@ -293,8 +327,9 @@ class Producer:
                 if i >= n:
                     break
             try:
-                fut = await self._send_slow(topic, vals[i], None if ks is None else ks[i],
-                                            partition, timestamp_ms, None)
+                send_one = self._send_intercepted if self._interceptors else self._send_slow
+                fut = await send_one(topic, vals[i], None if ks is None else ks[i],
+                                     partition, timestamp_ms, None)
             except Exception as exc:
                 if i and hasattr(exc, "add_note"):
                     exc.add_note(f"send_many: records 0..{i - 1} were buffered and will be sent")
@@ -353,6 +388,20 @@ class Producer:
             # full. Once per batch, not per record, keeps the hot path cheap.
             await asyncio.sleep(0)
         return batch, index
+
+    # -- observability -----------------------------------------------------------
+
+    def metrics(self) -> MetricsSnapshot:
+        """A snapshot of the producer's metrics, by the Java producer's names
+        (``record-send-rate``, ``batch-size-avg``, ``request-latency-avg``...); see
+        :mod:`aioproducer.metrics`. Cheap enough to call every second."""
+        acc = self._accumulator
+        client = self._client
+        return self._metrics.snapshot(
+            buffer_total=acc.pool.total_memory, buffer_available=acc.pool.available_memory,
+            in_flight=client.in_flight_total() if client is not None else 0,
+            metadata_age_s=self._metadata.age(time.monotonic()),
+            waiting_threads=acc.memory_waiters)
 
     # -- transactions ------------------------------------------------------------
 

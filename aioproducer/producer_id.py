@@ -107,6 +107,10 @@ class ProducerIdManager:
         self._last_acked.clear()
         self.ready = True
 
+    def init_started(self) -> None:
+        """Called when the Sender starts :meth:`init` (before the task first runs)."""
+        self._in_progress = True
+
     async def init(self, now: float) -> None:
         """Send InitProducerId (bumping the epoch when we already have an id)."""
         self._in_progress = True

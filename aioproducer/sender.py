@@ -21,6 +21,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ._native import BATCH_HEADER_SIZE
 from .accumulator import ProducerBatch, RecordAccumulator, TopicPartition
 from .config import ProducerConfig
 from .errors import (
@@ -34,6 +35,7 @@ from .errors import (
     for_code,
 )
 from .metadata import Cluster, Metadata
+from .metrics import ProducerMetrics
 from .net.client import KafkaClient
 from .net.protocol import decode_produce_response, encode_produce_body, produce_results
 from .producer_id import ProducerIdManager
@@ -65,8 +67,10 @@ class Sender:
     """Moves batches from the accumulator to the brokers and completes them."""
 
     def __init__(self, config: ProducerConfig, client: KafkaClient, metadata: Metadata,
-                 accumulator: RecordAccumulator) -> None:
+                 accumulator: RecordAccumulator, metrics: ProducerMetrics | None = None
+                 ) -> None:
         self.config = config
+        self.metrics = metrics or ProducerMetrics(config.client_id)
         self.client = client
         self.metadata = metadata
         self.acc = accumulator
@@ -88,6 +92,7 @@ class Sender:
         self._sleeper: asyncio.Future[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self._stopped = False
+        self._latency_ms = 0.0
         client.on_ready_change = self.wakeup
         metadata.on_update_request = self.wakeup
 
@@ -148,7 +153,9 @@ class Sender:
         delay = float("inf")
         md_due = self.metadata.due_in(now)
         if md_due <= 0:
-            self.spawn(self._refresh_metadata())
+            # Marked in progress now, not when the task first runs: another pass
+            # before then must not start a second refresh.
+            self.spawn(self._refresh_metadata(self.metadata.refresh_started(now)))
         else:
             delay = md_due
 
@@ -179,6 +186,7 @@ class Sender:
                 return delay
             wait = self.pid.due_in(now)
             if wait <= 0:
+                self.pid.init_started()  # now: a second pass must not start another
                 self.spawn(self._init_producer_id())
             return min(delay, max(wait, 0.01), self.acc.delivery_timeout)
 
@@ -258,9 +266,19 @@ class Sender:
             return
         version = conn.version_for(_PRODUCE, 9, 13 if self.txn is None else _TXN_PRODUCE_MAX)
         by_topic: dict[str, list[tuple[int, memoryview]]] = {}
+        m = self.metrics
+        records = 0
         for b in batches:
             self._close_batch(b)
-            by_topic.setdefault(b.topic, []).append((b.partition, b.builder.view()))
+            builder = b.builder
+            size = builder.size_in_bytes
+            raw = builder.records_size
+            m.batch_sent(b.topic, b.record_count, size,
+                         (size - BATCH_HEADER_SIZE) / raw if raw > 0 else 1.0,
+                         (now - b.created) * 1000.0, b.attempts > 0, now)
+            records += b.record_count
+            by_topic.setdefault(b.topic, []).append((b.partition, builder.view()))
+        m.request_sent(records, now)
         topics = []
         for topic, parts in by_topic.items():
             info = cluster.topics.get(topic)
@@ -286,7 +304,8 @@ class Sender:
         if fut is None:  # acks=0: nothing comes back; done once written
             self._on_produce_done(node, version, batches, None, None)
             return
-        fut.add_done_callback(partial(self._on_produce_future, node, version, batches))
+        fut.add_done_callback(partial(self._on_produce_future, node, version, batches,
+                                      time.monotonic()))
 
     def _close_batch(self, b: ProducerBatch) -> None:
         pid = self.pid
@@ -309,7 +328,8 @@ class Sender:
             b.builder.set_producer_state(b.producer_id, b.producer_epoch, b.base_sequence)
 
     def _on_produce_future(self, node: int, version: int, batches: list[ProducerBatch],
-                           fut: asyncio.Future[memoryview]) -> None:
+                           sent_at: float, fut: asyncio.Future[memoryview]) -> None:
+        self._latency_ms = (time.monotonic() - sent_at) * 1000.0
         if fut.cancelled():
             self._on_produce_done(node, version, batches,
                                   ProtocolError("produce request was cancelled"), None)
@@ -327,7 +347,8 @@ class Sender:
                     flying.remove(b)
         try:
             if exc is not None:
-                log.debug("produce request to node %s failed: %s", node, exc)
+                log.info("produce request to node %s failed (%d batch(es)): %s", node,
+                         len(batches), _describe_error(exc))
                 self.metadata.request_update()
                 for b in batches:
                     self._retry_or_fail(b, exc, now)
@@ -343,6 +364,9 @@ class Sender:
                 for b in batches:
                     self._retry_or_fail(b, perr, now)
                 return
+            throttle = response.throttle_time
+            self.metrics.response(node, self._latency_ms,
+                                  throttle.total_seconds() * 1000.0 if throttle else 0.0, now)
             results: dict[TopicPartition, Any] = {}
             names_by_id = self.metadata.cluster.names_by_id
             for name, topic_id, part in produce_results(response):
@@ -403,7 +427,9 @@ class Sender:
             if now - b.created + self.acc.retry_backoff >= self.delivery_timeout:
                 self._fail(b, DeliveryTimeoutError(self._expiry_text(b, now, exc)))
                 return
-            log.debug("retrying %r after %s", b, exc)
+            log.warning("produce to %s-%d failed, retrying (attempt %d, %d record(s), "
+                        "sequence %d): %s", b.topic, b.partition, b.attempts + 2,
+                        b.record_count, b.base_sequence, _describe_error(exc))
             b.last_error = exc
             self.acc.reenqueue(b, now)
             return
@@ -421,6 +447,7 @@ class Sender:
                     b.record_count, b.topic, b.partition, b.base_sequence, b.attempts + 1, exc)
         if self.pid is not None and b.base_sequence >= 0:
             self.pid.batch_failed(b.tp)
+        self.metrics.records_failed(b.topic, b.record_count, time.monotonic())
         self.acc.complete(b, -1, -1, exc)
         if self.txn is not None:
             self.txn.fail(exc)
@@ -434,6 +461,9 @@ class Sender:
     def _abort_queued(self, error: KafkaError) -> None:
         """Transactions: fail the queued batches of an aborted or failed transaction."""
         failed = self.acc.abort_queued(error)
+        now = time.monotonic()
+        for b in failed:
+            self.metrics.records_failed(b.topic, b.record_count, now)
         if self.pid is not None and any(b.base_sequence >= 0 for b in failed):
             self.pid.bump_needed = True
         log.debug("failed %d queued batch(es): %s", len(failed), error)
@@ -446,9 +476,8 @@ class Sender:
 
     # -- background requests -----------------------------------------------------
 
-    async def _refresh_metadata(self) -> None:
+    async def _refresh_metadata(self, topics: list[str]) -> None:
         md = self.metadata
-        topics = md.refresh_started(time.monotonic())
         try:
             response = await self.client.fetch_metadata(
                 topics, timeout_s=self.request_timeout_ms / 1000.0)
@@ -469,6 +498,11 @@ class Sender:
             await self.pid.init(time.monotonic())
         finally:
             self.wakeup()
+
+
+def _describe_error(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text if isinstance(exc, BrokerResponseError) else f"{type(exc).__name__}: {text}"
 
 
 def _log_append_ms(value: Any) -> int:

@@ -145,3 +145,26 @@ async def test_first_batch_of_a_partition_is_alone_in_flight(kafka_bootstrap: st
         assert proxies.requests(PRODUCE) > 5  # afterwards, batches are pipelined again
     consumed = consume_all(kafka_bootstrap, topic, 2000)
     assert [decode(m.value) for m in consumed] == list(range(2000))
+
+
+async def test_one_epoch_bump_at_a_time(kafka_bootstrap: str, topic_factory: Any) -> None:
+    """Two Sender passes before the InitProducerId task first runs start one bump, not
+    two. (Two bumps in a row gave a new producer id between a batch's first attempt
+    and its retry, and the broker wrote the retry again: a duplicate.)"""
+    topic = topic_factory()
+    async with ProxyCluster.start(kafka_bootstrap) as proxies, \
+            Producer(bootstrap_servers=proxies.bootstrap, linger_ms=0) as producer:
+        await producer.send_and_wait(topic, b"first")
+        sender = producer._sender
+        assert sender is not None and sender.pid is not None
+        before = proxies.requests(22)
+        old = (sender.pid.producer_id, sender.pid.epoch)
+        sender.pid.bump_needed = True
+        loop = asyncio.get_running_loop()
+        sender.run_once(loop.time())
+        sender.run_once(loop.time())
+        await producer.send_and_wait(topic, b"second")
+        assert proxies.requests(22) - before == 1
+        assert (sender.pid.producer_id, sender.pid.epoch) != old
+    got = consume_all(kafka_bootstrap, topic, 2)
+    assert [r.value for r in got] == [b"first", b"second"]

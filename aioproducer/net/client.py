@@ -249,6 +249,10 @@ class KafkaClient:
             return conn
         return None
 
+    def in_flight_total(self) -> int:
+        """Requests in flight on all connections."""
+        return sum(c.in_flight for c in self._conns.values())
+
     def in_flight(self, node_id: int) -> int:
         """Requests in flight on the connection to ``node_id`` (0 if not connected)."""
         conn = self._conns.get(node_id)
@@ -591,8 +595,9 @@ class KafkaClient:
             st.failures += 1
             st.last_error = exc
             st.next_attempt = time.monotonic() + self._backoff_s(st.failures)
-            log.debug("connecting to %s failed (%d in a row): %s",
-                      self._describe(node_id), st.failures, exc)
+            log.log(logging.WARNING if st.failures == 1 else logging.DEBUG,
+                    "connecting to %s failed (%d in a row): %s",
+                    self._describe(node_id), st.failures, exc)
         else:
             if self._closed or self._address(node_id) != (host, port):
                 self._close_conn(conn, "no longer needed")
@@ -614,6 +619,8 @@ class KafkaClient:
             self._closing.add(conn)
             if self._conns.get(node_id) is conn:
                 del self._conns[node_id]
+                if not self._closed:
+                    log.info("connection to %s lost: %s", conn, conn.close_reason)
                 st = self._state(node_id)
                 st.last_error = KafkaConnectionError(
                     f"connection to {conn} lost: {conn.close_reason}")
