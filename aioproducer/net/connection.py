@@ -738,6 +738,10 @@ class BrokerConnection(asyncio.Protocol):
                 continue
             if p is special and special_error is not None:
                 p.future.set_exception(special_error)
+            elif isinstance(cause, ssl.SSLError):
+                # E.g. TLS 1.3: the broker refuses our client certificate only after
+                # the handshake looked complete to us. Not retriable.
+                p.future.set_exception(TLSError(f"TLS with {self} failed: {reason}"))
             else:
                 err = KafkaConnectionError(f"connection to {self} lost: {reason}")
                 if cause is not None:
