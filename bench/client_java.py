@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import PACED, THROUGHPUT, Measured, RunArgs, Skip, child_main
+from bench.common import PACED, THROUGHPUT, Measured, RunArgs, Skip, child_main, make_value
 
 MAIN_CLASS = "org.apache.kafka.tools.ProducerPerformance"
 JVM_OPTS = ["-Xmx512M", "-Djava.awt.headless=true"]
@@ -30,7 +30,10 @@ SUMMARY = re.compile(
 )
 
 
-def command(args: RunArgs) -> list[str]:
+def command(args: RunArgs, payload_file: str | None = None) -> list[str]:
+    """The ProducerPerformance command line. With ``payload_file`` (the compression
+    scenarios) every record's value is that file's one line, the same text-like value
+    the other clients send; otherwise ProducerPerformance makes random letters."""
     if not args.kafka_libs:
         raise Skip("no Kafka jar directory (aioproducer.devbroker.ensure_kafka_libs() "
                    "or --kafka-libs)")
@@ -49,10 +52,11 @@ def command(args: RunArgs) -> list[str]:
         props.append(f"linger.ms={args.linger_ms}")
     if args.compression:
         props.append(f"compression.type={args.compression}")
+    payload = (["--payload-file", payload_file] if payload_file
+               else ["--record-size", str(args.value_size)])
     return [java_executable(), *JVM_OPTS, "-cp", str(libs / "*"), MAIN_CLASS,
             "--topic", args.topic, "--num-records", str(args.records),
-            "--record-size", str(args.value_size), "--throughput", throughput,
-            "--producer-props", *props]
+            *payload, "--throughput", throughput, "--producer-props", *props]
 
 
 def java_executable() -> str:
@@ -70,7 +74,19 @@ def _version(libs: str) -> str:
 
 
 def run(args: RunArgs) -> Measured:
-    cmd = command(args)
+    with tempfile.TemporaryDirectory(prefix="bench-java-") as tmp:
+        payload_file = None
+        if args.compression:
+            # Random letters compress far worse than the others' text-like value:
+            # give ProducerPerformance the same value (one line, no delimiter in it).
+            value = make_value(args.value_size, compressible=True)
+            assert b"\n" not in value
+            payload_file = os.path.join(tmp, "payload.txt")
+            Path(payload_file).write_bytes(value)
+        return _run(args, command(args, payload_file))
+
+
+def _run(args: RunArgs, cmd: list[str]) -> Measured:
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         try:
             proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
