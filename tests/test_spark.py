@@ -284,25 +284,44 @@ async def test_publish_async_from_the_driver_200k(spark: Any, kafka_bootstrap: s
     check_mixed(got, n, partitions, 4, ordered_across_partitions=True)
 
 
+def _run_queue_ns() -> int:
+    """Nanoseconds this thread has spent runnable but waiting for a CPU (Linux), or 0."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
 @pytest.mark.asyncio
 async def test_driver_path_keeps_the_loop_responsive(spark: Any, kafka_bootstrap: str,
                                                      topic_factory: TopicFactory) -> None:
+    """A task ticking every 5 ms on the loop is never held up for 50 ms or more.
+
+    On two cores shared with Spark's JVM, its Python workers and the broker, the
+    scheduler sometimes leaves the whole process waiting for a CPU for tens of ms; an
+    unrelated process ticking beside it sees the same gaps. That wait is read from
+    /proc/thread-self/schedstat and not counted: what is measured is the loop being
+    busy or blocked (a long call, a blocking Spark call, the GIL held elsewhere).
+    """
     n = 1_000_000
     topic = topic_factory(partitions=4)
     df = spark.range(0, n, numPartitions=8).selectExpr(
         "cast(lpad(cast(id AS string), 100, 'x') AS binary) AS value")
     loop = asyncio.get_running_loop()
-    worst = 0.0
+    worst = worst_raw = 0.0
     ticks = 0
 
     async def tick() -> None:
-        nonlocal worst, ticks
-        last = loop.time()
+        nonlocal worst, worst_raw, ticks
+        last, last_queued = loop.time(), _run_queue_ns()
         while True:
             await asyncio.sleep(0.005)
-            now = loop.time()
-            worst = max(worst, now - last - 0.005)
-            last = now
+            now, queued = loop.time(), _run_queue_ns()
+            late = now - last - 0.005
+            worst_raw = max(worst_raw, late)
+            worst = max(worst, late - (queued - last_queued) / 1e9)
+            last, last_queued = now, queued
             ticks += 1
 
     ticker = asyncio.create_task(tick())
@@ -311,11 +330,14 @@ async def test_driver_path_keeps_the_loop_responsive(spark: Any, kafka_bootstrap
             report = await publish_async(df, producer, topic, progress=False)
     finally:
         ticker.cancel()
+    print(f"{ticks} ticks; longest hold-up {worst * 1000:.1f} ms "
+          f"({worst_raw * 1000:.1f} ms with the waits for a CPU)")
     assert report.records == n
     held = sum(high - low for low, high in partition_offsets(kafka_bootstrap, topic).values())
     assert held == n
     assert ticks > 100
-    assert worst < 0.050, f"the event loop stalled for {worst * 1000:.0f} ms"
+    assert worst < 0.050, (f"the event loop was held up for {worst * 1000:.0f} ms "
+                           f"({worst_raw * 1000:.0f} ms with the waits for a CPU)")
 
 
 @pytest.mark.asyncio
