@@ -331,7 +331,7 @@ def _console_line(ts: int, partition: int, offset: int, r: Rec) -> str:
 @pytest.mark.asyncio
 async def test_java_console_consumer_reads_every_codec(
         kafka_bootstrap: str, topic_factory: Any, log_dir: Path | None) -> None:
-    """Kafka's ``ConsoleConsumer`` (the Java client's decoders: ``KafkaLZ4BlockInputStream``,
+    """Kafka's ``ConsoleConsumer`` (the Java client's decoders: ``Lz4BlockInputStream``,
     zstd-jni, snappy-java, ``GZIPInputStream``) reads a sample of each codec back.
 
     ``batch_size`` is 256 KiB so that batches hold several 64 KiB LZ4 blocks (Java's
@@ -520,7 +520,8 @@ def test_compressors_round_trip_and_shrink_text(codec: str, level: int | None) -
 
 
 def test_lz4_frames_have_independent_blocks_and_no_checksums() -> None:
-    """Kafka's Java ``KafkaLZ4BlockInputStream`` refuses linked blocks."""
+    """Kafka's Java ``Lz4BlockInputStream`` refuses linked blocks ("Dependent block
+    stream is unsupported")."""
     compress = make_compressor("lz4", 9)
     assert compress is not None
     out = bytes(compress(memoryview(SAMPLE * 4)))  # several 64 KiB blocks
