@@ -580,7 +580,7 @@ def build(capacity: int, records: list[tuple[int, bytes | None, bytes | None, An
     block = pool.try_allocate(capacity)
     assert block is not None
     builder = BatchBuilder(block)
-    if codec != "none":
+    if codec != "none" or limit != -1:
         builder.set_compression(codec_id(codec), make_compressor(codec, level), limit)
     for ts, key, value, headers in records:
         builder.append(ts, key, value, headers)  # -1 (did not fit): skipped
@@ -678,17 +678,22 @@ def test_builder_sends_incompressible_records_plain_when_they_would_not_fit() ->
         pool.release(comp_block)
 
 
-def test_builder_limit_leaves_room_for_codec_framing() -> None:
-    """With a limit below capacity the same random records are sent compressed (the
-    framing fits in the room left), even though they do not shrink."""
+def test_builder_limit_bounds_random_records_and_the_batch_stays_valid() -> None:
+    """With a limit below capacity, random records stop at the limit. Whether the batch
+    goes out compressed or plain, it is valid and its records section is the plain one.
+
+    The codec is not asserted: the records do not shrink, and sending them plain
+    would be as right as sending them compressed.
+    """
     records = sample_records(2000, compressible=False)
+    _p1, plain, plain_data = build(8192, records, limit=8192 - 128)
     for codec in ("gzip", "snappy", "lz4", "zstd"):
-        _p, comp, data = build(8192, records, codec, CODECS[codec].default_level,
-                               limit=8192 - 128)
-        assert comp.compression == codec_id(codec)
-        assert comp.records_size <= 8192 - 128 - BATCH_HEADER_SIZE
-        assert check_header_crc(data) & 0x7 == codec_id(codec)
-        assert len(decompress(codec_id(codec), data[BATCH_HEADER_SIZE:])) == comp.records_size
+        _p2, comp, data = build(8192, records, codec, CODECS[codec].default_level,
+                                limit=8192 - 128)
+        assert comp.records_size == plain.records_size <= 8192 - 128 - BATCH_HEADER_SIZE
+        applied = check_header_crc(data) & 0x7
+        assert applied == comp.compression in (0, codec_id(codec))
+        assert decompress(applied, data[BATCH_HEADER_SIZE:]) == plain_data[BATCH_HEADER_SIZE:]
 
 
 def test_builder_limit_bounds_all_but_the_first_record() -> None:
