@@ -407,11 +407,20 @@ class _TaskSettings:
     raise_on_failure: bool
 
 
+_TASK_DEFAULTS: dict[str, Any] = {"batch_size": 128 * 1024}
+"""Producer options a task uses unless ``producer_config`` sets them. A task streams a
+whole partition: 128 KiB batches (Java's default is 16 KiB) carry 8 times fewer Produce
+round trips per record, the biggest per-record cost (README, Performance), and 256 of
+them still fit the default ``buffer_memory``."""
+
+
 def _producer_options(bootstrap_servers: str | Sequence[str],
                       producer_config: Mapping[str, Any] | None) -> dict[str, Any]:
     """The tasks' producer options, checked here on the driver (ConfigError now rather
     than in every task)."""
     options = dict(producer_config or {})
+    given = {name.replace(".", "_") for name in options}
+    options.update({k: v for k, v in _TASK_DEFAULTS.items() if k not in given})
     config = ProducerConfig.from_options(options, bootstrap_servers=bootstrap_servers)
     if getattr(config, "transactional_id", None) is not None:
         from .errors import ConfigError
@@ -500,8 +509,9 @@ def publish(df: DataFrame, topic: str | None = None, *,
     ``df`` has the Kafka sink's schema (see the module docstring); ``topic`` overrides
     its ``topic`` column. ``producer_config`` holds further :class:`Producer` options
     (Python or Java names, e.g. ``{"linger.ms": 20, "compression_type": "lz4"}``),
-    checked here before the job. Blocks until every record is acknowledged and returns
-    the summed :class:`PublishReport`.
+    checked here before the job; tasks default to ``batch_size=131072`` (128 KiB).
+    Blocks until every record is acknowledged and returns the summed
+    :class:`PublishReport`.
 
     A task whose producer cannot start or whose records fail raises, and so the job
     fails with :class:`PublishError` (its message names the producer's typed error) once

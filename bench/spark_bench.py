@@ -32,8 +32,9 @@ from typing import Any
 
 from bench.run import DEFAULT_OUT, broker, host_description
 
-SINK, EXECUTORS, DRIVER = "spark-kafka-sink", "aioproducer-executors", "aioproducer-driver"
-ROWS = (SINK, EXECUTORS, DRIVER)
+SINK, SINK_128K = "spark-kafka-sink", "spark-kafka-sink@128KiB"
+EXECUTORS, DRIVER = "aioproducer-executors", "aioproducer-driver"
+ROWS = (SINK, SINK_128K, EXECUTORS, DRIVER)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -95,6 +96,13 @@ def run_sink(df: Any, bootstrap: str, topic: str) -> None:
      .option("topic", topic).save())
 
 
+def run_sink_128k(df: Any, bootstrap: str, topic: str) -> None:
+    """The sink with the batch size and linger that aioproducer's tasks use."""
+    (df.write.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+     .option("kafka.batch.size", str(128 * 1024)).option("kafka.linger.ms", "5")
+     .option("topic", topic).save())
+
+
 def run_executors(df: Any, bootstrap: str, topic: str) -> None:
     from aioproducer.spark import publish
 
@@ -118,7 +126,8 @@ def one_run(admin: Any, bootstrap: str, row: str, fn: Callable[[Any, str, str], 
             df: Any, n: int, args: argparse.Namespace, rep: int) -> dict[str, Any]:
     from bench.broker import verify_topic
 
-    topic = f"bench-spark-{row}-r{rep}-{uuid.uuid4().hex[:8]}"
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in row)
+    topic = f"bench-spark-{safe}-r{rep}-{uuid.uuid4().hex[:8]}"
     admin.create_topic(topic, args.topic_partitions)
     record: dict[str, Any] = {"row": row, "rep": rep, "records": n, "topic": topic}
     try:
@@ -148,6 +157,7 @@ def render(runs: list[dict[str, Any]], args: argparse.Namespace, spark_version: 
             medians[row] = statistics.median(rates)
     anchor = medians.get(SINK)
     labels = {SINK: "Spark's Kafka sink (`df.write.format(\"kafka\")`)",
+              SINK_128K: "Spark's Kafka sink, `kafka.batch.size=131072`, `kafka.linger.ms=5`",
               EXECUTORS: "aioproducer `publish()` (executors)",
               DRIVER: "aioproducer `publish_async()` (driver)"}
     lines = [f"Spark {spark_version}, `{args.master}`, {args.value_size}-byte values, "
@@ -173,17 +183,19 @@ def main(argv: list[str] | None = None) -> int:
     from bench.spark_jars import ensure_spark_kafka_jars, spark_versions
 
     rows = [r for r in ROWS if not args.only or r in args.only]
-    jars = ensure_spark_kafka_jars() if SINK in rows else []
+    jars = ensure_spark_kafka_jars() if SINK in rows or SINK_128K in rows else []
     spark = spark_session(args.master, jars)
     n_driver = args.driver_records or args.records
     frames = {
         SINK: dataframe(spark, args.records, args.spark_partitions, args.value_size),
+        SINK_128K: dataframe(spark, args.records, args.spark_partitions, args.value_size),
         EXECUTORS: dataframe(spark, args.records, args.spark_partitions, args.value_size),
         DRIVER: dataframe(spark, n_driver,
                           max(1, -(-n_driver // args.driver_partition_rows)),
                           args.value_size),
     }
-    fns = {SINK: run_sink, EXECUTORS: run_executors, DRIVER: run_driver}
+    fns = {SINK: run_sink, SINK_128K: run_sink_128k, EXECUTORS: run_executors,
+           DRIVER: run_driver}
     runs: list[dict[str, Any]] = []
     started = datetime.now(timezone.utc)
     try:
