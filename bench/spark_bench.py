@@ -47,9 +47,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--value-size", type=int, default=100, help="bytes per value (100)")
     p.add_argument("--spark-partitions", type=int, default=4,
                    help="DataFrame partitions on the executor side (default 4)")
-    p.add_argument("--driver-partition-rows", type=int, default=250_000,
+    p.add_argument("--driver-partition-rows", type=int, default=100_000,
                    help="rows per DataFrame partition on the driver side, which holds "
-                        "about two partitions at a time (default 250,000)")
+                        "about two partitions at a time (default 100,000)")
     p.add_argument("--topic-partitions", type=int, default=8,
                    help="partitions of each run's topic (default 8)")
     p.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
