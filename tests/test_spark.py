@@ -17,7 +17,6 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
-import pyarrow as pa
 import pytest
 from kafka_util import Consumed, consume_all, partition_offsets
 
@@ -31,6 +30,7 @@ from aioproducer.spark import (
     publish_async,
 )
 
+pa = pytest.importorskip("pyarrow", reason="pip install -e '.[spark]'")
 pyspark_sql = pytest.importorskip("pyspark.sql", reason="pip install -e '.[spark]'")
 
 TopicFactory = Any
