@@ -552,10 +552,6 @@ def publish(df: DataFrame, topic: str | None = None, *,
 # the GIL held, which stalls the event loop; ASCII text unpickles at memcpy speed and
 # bytes.fromhex() decodes ~1 ms per MiB (base64 takes 4-10 ms).
 _IPC_DDL = "partition int, ipc string"
-_IPC_PIECE_BYTES = 128 * 1024
-"""Arrow data per row sent to the driver. Small enough that its hex text (and the JVM's
-copies of it) stays under half a G1 region: multi-MiB cells are humongous objects, and
-a 3 GiB driver ran out of heap on the second 10M-row publish with them."""
 
 
 def _to_ipc(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -568,15 +564,12 @@ def _to_ipc(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     partition = -1 if ctx is None else ctx.partitionId()
     schema = pa.schema([("partition", pa.int32()), ("ipc", pa.string())])
     for batch in batches:
-        step = max(1, batch.num_rows * _IPC_PIECE_BYTES // max(batch.nbytes, 1))
-        pieces, texts = range(0, batch.num_rows, step), []
-        for start in pieces:
-            sink = pa.BufferOutputStream()
-            with pa.ipc.new_stream(sink, batch.schema) as writer:
-                writer.write_batch(batch.slice(start, step))
-            texts.append(memoryview(sink.getvalue()).hex())
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, batch.schema) as writer:
+            writer.write_batch(batch)
+        text = memoryview(sink.getvalue()).hex()
         yield pa.RecordBatch.from_arrays(
-            [pa.array([partition] * len(texts), pa.int32()), pa.array(texts, pa.string())],
+            [pa.array([partition], pa.int32()), pa.array([text], pa.string())],
             schema=schema)
 
 
