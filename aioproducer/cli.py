@@ -452,11 +452,17 @@ class _ChunkReader:
     """Reads ``stream`` in a daemon thread, one chunk ahead: stdin may block for ever,
     and the event loop (the producer's Sender) must keep running meanwhile. A daemon
     thread, so that a read still blocked at exit (Ctrl-C on a terminal) does not hold
-    the process."""
+    the process.
+
+    The thread reads the file descriptor with ``os.read``, not the buffered stream: a
+    daemon thread blocked in ``BufferedReader.read1`` holds the reader's lock, and the
+    interpreter, flushing ``sys.stdin`` at exit, then aborts ("Fatal Python error:
+    _enter_buffered_busy"). ``os.read`` holds no lock while it waits."""
 
     def __init__(self, stream: IO[bytes]) -> None:
         self._loop = asyncio.get_running_loop()
-        self._read = getattr(stream, "read1", stream.read)
+        fd = stream.fileno()
+        self._read = functools.partial(os.read, fd)
         self._requests: queue.SimpleQueue[asyncio.Future[tuple[bytes, BaseException | None]]
                                           | None] = queue.SimpleQueue()
         self._next: asyncio.Future[tuple[bytes, BaseException | None]] | None = None
