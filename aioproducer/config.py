@@ -84,6 +84,10 @@ class ProducerConfig:
     """``reconnect.backoff.max.ms``"""
     socket_connection_setup_timeout_ms: int = 10000
     """``socket.connection.setup.timeout.ms``"""
+    max_response_bytes: int = 100 * 1024 * 1024
+    """Largest response frame accepted from a broker (librdkafka's
+    ``receive.message.max.bytes``, also accepted): a bigger size prefix closes the
+    connection with a ProtocolError before anything is allocated for the frame."""
     compression_type: str = "none"
     """``compression.type``: ``none``, ``gzip``, ``snappy``, ``lz4`` or ``zstd``. Batches
     are compressed once, when they close."""
@@ -150,6 +154,8 @@ class ProducerConfig:
                 merged[name] = value
         if "partitioner_class" in merged:
             merged["partitioner"] = merged.pop("partitioner_class")
+        if "receive_message_max_bytes" in merged:
+            merged["max_response_bytes"] = merged.pop("receive_message_max_bytes")
         known = {f.name for f in dataclasses.fields(cls) if not f.name.startswith("_")}
         for name in merged:
             if name not in known:
@@ -170,6 +176,7 @@ class ProducerConfig:
             "max_in_flight_requests_per_connection": 1, "metadata_max_age_ms": 0,
             "reconnect_backoff_ms": 0, "reconnect_backoff_max_ms": 0,
             "socket_connection_setup_timeout_ms": 1, "transaction_timeout_ms": 1,
+            "max_response_bytes": 1024,
         }
         for name, minimum in ints.items():
             value = getattr(self, name)

@@ -130,6 +130,7 @@ class Metadata:
         self._waiters: list[asyncio.Future[None]] = []
         self._fatal: KafkaError | None = None
         self._security_error: KafkaError | None = None
+        self._last_failure: BaseException | None = None  # of the last refresh, if it failed
         self.on_update_request: Any = None
         """Called (no arguments) when someone needs a refresh now: wakes the Sender."""
 
@@ -169,6 +170,8 @@ class Metadata:
             if remaining <= 0:
                 code = self.cluster.topic_errors.get(topic)
                 cause = f" (last answer: {for_code(code)})" if code else ""
+                if self._last_failure is not None:
+                    cause += f" (the last metadata request failed: {self._last_failure})"
                 raise UnknownTopicError(
                     f"topic {topic!r} is not present in metadata after "
                     f"{max_wait_s * 1000:.0f} ms{cause}; create it, or check the name "
@@ -206,9 +209,15 @@ class Metadata:
         """Seconds since the last successful refresh (Java's ``metadata-age``)."""
         return now - self._last_refresh if self._last_refresh else 0.0
 
+    def attempt_failed(self, exc: BaseException) -> None:
+        """One node failed to answer a refresh (which goes on with another): a wait
+        that times out names this as the reason."""
+        self._last_failure = exc
+
     def refresh_failed(self, now: float, exc: BaseException) -> None:
         self._in_progress = False
         self._need_update = True
+        self._last_failure = exc
         log.debug("metadata refresh failed: %s", exc)
         if isinstance(exc, (AuthenticationError, TLSError)):
             self._security_error = exc
@@ -219,6 +228,7 @@ class Metadata:
         self._last_refresh = now
         self._need_update = False
         self._security_error = None
+        self._last_failure = None
         old = self.cluster
         self.cluster = old.merged_with(cluster, requested)
         self.version += 1

@@ -104,7 +104,7 @@ class Producer:
             connect_timeout_ms=c.socket_connection_setup_timeout_ms,
             reconnect_backoff_ms=c.reconnect_backoff_ms,
             reconnect_backoff_max_ms=c.reconnect_backoff_max_ms,
-            security=self._security,
+            max_response_bytes=c.max_response_bytes, security=self._security,
         )
         self._client = client
         try:

@@ -37,7 +37,12 @@ from .errors import (
 from .metadata import Cluster, Metadata
 from .metrics import ProducerMetrics
 from .net.client import KafkaClient
-from .net.protocol import decode_produce_response, encode_produce_body, produce_results
+from .net.protocol import (
+    ProduceResponse,
+    decode_produce_response,
+    encode_produce_body,
+    produce_results,
+)
 from .producer_id import ProducerIdManager
 from .transactions import TransactionManager
 
@@ -297,7 +302,8 @@ class Sender:
                       ", ".join(f"{b.partition}@{b.base_sequence}" for b in batches))
         try:
             fut = conn.send_raw(_PRODUCE, version, body, flexible=True,
-                                expect_response=self.acks != 0)
+                                expect_response=self.acks != 0,
+                                decode=partial(decode_produce_response, version))
         except Exception as exc:  # connection died under us
             self._on_produce_done(node, version, batches, exc, None)
             return
@@ -328,7 +334,7 @@ class Sender:
             b.builder.set_producer_state(b.producer_id, b.producer_epoch, b.base_sequence)
 
     def _on_produce_future(self, node: int, version: int, batches: list[ProducerBatch],
-                           sent_at: float, fut: asyncio.Future[memoryview]) -> None:
+                           sent_at: float, fut: asyncio.Future[ProduceResponse]) -> None:
         self._latency_ms = (time.monotonic() - sent_at) * 1000.0
         if fut.cancelled():
             self._on_produce_done(node, version, batches,
@@ -338,7 +344,7 @@ class Sender:
         self._on_produce_done(node, version, batches, exc, None if exc else fut.result())
 
     def _on_produce_done(self, node: int, version: int, batches: list[ProducerBatch],
-                         exc: BaseException | None, body: memoryview | None) -> None:
+                         exc: BaseException | None, response: ProduceResponse | None) -> None:
         now = time.monotonic()
         for b in batches:
             flying = self.in_flight.get(b.tp)
@@ -353,16 +359,9 @@ class Sender:
                 for b in batches:
                     self._retry_or_fail(b, exc, now)
                 return
-            if body is None:  # acks=0
+            if response is None:  # acks=0
                 for b in batches:
                     self.acc.complete(b, -1, -1, None)
-                return
-            try:
-                response = decode_produce_response(version, body)
-            except Exception as dexc:
-                perr = ProtocolError(f"undecodable produce response from node {node}: {dexc}")
-                for b in batches:
-                    self._retry_or_fail(b, perr, now)
                 return
             throttle = response.throttle_time
             self.metrics.response(node, self._latency_ms,
@@ -480,7 +479,7 @@ class Sender:
         md = self.metadata
         try:
             response = await self.client.fetch_metadata(
-                topics, timeout_s=self.request_timeout_ms / 1000.0)
+                topics, timeout_s=self.request_timeout_ms / 1000.0, on_error=md.attempt_failed)
             cluster = Cluster.from_response(response)
             self.client.update_nodes(cluster.nodes)
             md.refresh_done(time.monotonic(), cluster, topics)

@@ -58,13 +58,17 @@ Fault controls (plain methods, callable at any time from the event loop thread):
   request the client already gave up on).  Call ``drop_connections()`` before
   ``blackhole(False)`` to discard what was held instead.  Clients see request timeouts.
 * ``refuse_connections(on=True)`` -- new connections are accepted and closed at once.
+* ``corrupt_responses(api_key, body, count=1)`` -- the next ``count`` responses to
+  ``api_key`` arrive with their body (after the response header) replaced by
+  ``body(original_body)``, in a frame of the right size: bytes the real broker never
+  sends (truncated, inconsistent, hostile lengths), for the decoders.
 * ``clear_faults()`` -- cancel all of the above.
 
 ``stats`` (a :class:`ProxyStats` dict) counts ``connections`` (accepted, refused
 ones included), ``connections_refused``, ``connections_dropped`` (by a fault),
 ``requests_by_api`` (a ``Counter`` api_key -> requests received from clients),
 ``requests_dropped`` (``forward=False``), ``responses_dropped``, ``responses_delayed``,
-``responses_rewritten`` and ``rewrite_errors``.
+``responses_rewritten``, ``responses_corrupted`` and ``rewrite_errors``.
 
 Also: ``FaultProxy.wait_for_requests(api_key, count, timeout)``, ``connection_count``,
 ``ProxyCluster.requests(api_key)`` (summed over proxies), ``proxy_for_node(node_id)``,
@@ -134,6 +138,7 @@ class ProxyStats(TypedDict):
     responses_dropped: int
     responses_delayed: int
     responses_rewritten: int
+    responses_corrupted: int
     rewrite_errors: int
 
 
@@ -147,6 +152,7 @@ def _new_stats() -> ProxyStats:
         responses_dropped=0,
         responses_delayed=0,
         responses_rewritten=0,
+        responses_corrupted=0,
         rewrite_errors=0,
     )
 
@@ -169,6 +175,12 @@ class _DropRule:
 class _DelayRule:
     seconds: float
     remaining: int | None
+
+
+@dataclasses.dataclass(slots=True)
+class _CorruptRule:
+    body: Callable[[bytes], bytes]
+    remaining: int
 
 
 class _ShortBuffer(Exception):
@@ -221,6 +233,26 @@ def _produce_acks(frame: bytes, version: int) -> int:
             pos += 2 + max(n, 0)
     _need(frame, pos + 2)
     return int(_I16.unpack_from(frame, pos)[0])
+
+
+def _flexible_response_header(entry: _Pending) -> bool:
+    """Response header v1 (tagged fields) for flexible versions; ApiVersions never."""
+    if entry.api_key == API_API_VERSIONS:
+        return False
+    try:
+        return bool(load_response_schema(entry.api_key, entry.api_version).__flexible__)
+    except Exception:  # a version kio does not know: assume the old header
+        return False
+
+
+def _tagged_header_size(buf: bytes, pos: int) -> int:
+    start = pos
+    count, pos = _read_uvarint(buf, pos)
+    for _ in range(count):
+        _tag, pos = _read_uvarint(buf, pos)
+        size, pos = _read_uvarint(buf, pos)
+        pos += size
+    return pos - start
 
 
 def _normalise_host(host: str) -> str:
@@ -303,6 +335,7 @@ class FaultProxy:
         self._refuse = False
         self._drop_rules: dict[int, _DropRule] = {}
         self._delay_rules: dict[int | None, _DelayRule] = {}
+        self._corrupt_rules: dict[int, _CorruptRule] = {}
         self._request_seen = asyncio.Event()
         self._closing = False
         self._closed = asyncio.Event()
@@ -404,6 +437,26 @@ class FaultProxy:
         else:
             self._delay_rules[api_key] = _DelayRule(seconds, count)
 
+    def corrupt_responses(self, api_key: int, body: Callable[[bytes], bytes],
+                          count: int = 1) -> None:
+        """Replace the body of the next ``count`` ``api_key`` responses with
+        ``body(original)`` (the response header and correlation id stay);
+        ``count <= 0`` cancels the rule."""
+        if count <= 0:
+            self._corrupt_rules.pop(api_key, None)
+        else:
+            self._corrupt_rules[api_key] = _CorruptRule(body, count)
+
+    def _corrupter(self, entry: _Pending | None) -> Callable[[bytes], bytes] | None:
+        rule = self._corrupt_rules.get(entry.api_key) if entry is not None else None
+        if rule is None:
+            return None
+        assert entry is not None
+        rule.remaining -= 1
+        if rule.remaining <= 0:
+            del self._corrupt_rules[entry.api_key]
+        return rule.body
+
     def blackhole(self, on: bool = True) -> None:
         """Stop (``on``) or resume forwarding in both directions."""
         if on:
@@ -419,6 +472,7 @@ class FaultProxy:
         """Cancel every rule, blackhole and refusal (open connections stay)."""
         self._drop_rules.clear()
         self._delay_rules.clear()
+        self._corrupt_rules.clear()
         self._refuse = False
         self._flowing.set()
 
@@ -590,11 +644,18 @@ class FaultProxy:
             delay = self._delay_for(api_key)
             rewrite = (self.rewrite_addresses is not None and entry is not None
                        and entry.api_key in (API_METADATA, API_DESCRIBE_CLUSTER))
-            if delay or rewrite:
+            corrupt = self._corrupter(entry)
+            if delay or rewrite or corrupt:
                 payload = head[4:] + await reader.readexactly(size - 4)
                 if rewrite:
                     assert entry is not None
                     payload = await self._rewrite(entry, payload)
+                if corrupt:
+                    assert entry is not None
+                    offset = 4 + (_tagged_header_size(payload, 4)
+                                  if _flexible_response_header(entry) else 0)
+                    payload = payload[:offset] + corrupt(payload[offset:])
+                    self.stats["responses_corrupted"] += 1
                 if delay:
                     self.stats["responses_delayed"] += 1
                     await asyncio.sleep(delay)

@@ -26,7 +26,7 @@ def test_mypy_strict_on_the_package() -> None:
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-@pytest.mark.parametrize("module", ["pool", "batch", "murmur2"])
+@pytest.mark.parametrize("module", ["pool", "batch", "murmur2", "scan"])
 def test_import_without_compiled_core_fails_clearly(module: str) -> None:
     code = (
         "import sys\n"
@@ -47,5 +47,5 @@ def test_import_without_compiled_core_fails_clearly(module: str) -> None:
 def test_py_typed_and_stubs_ship() -> None:
     pkg = ROOT / "aioproducer"
     assert (pkg / "py.typed").exists()
-    for name in ("pool", "batch", "murmur2"):
+    for name in ("pool", "batch", "murmur2", "records", "scan"):
         assert (pkg / "_native" / f"{name}.pyi").exists()

@@ -176,8 +176,10 @@ class KafkaClient:
                  client_id: str = "aioproducer", request_timeout_ms: int = 30000,
                  connect_timeout_ms: int = 10000, reconnect_backoff_ms: int = 50,
                  reconnect_backoff_max_ms: int = 1000,
+                 max_response_bytes: int = 100 * 1024 * 1024,
                  security: Security | None = None) -> None:
         self.security = security
+        self.max_response_bytes = max_response_bytes
         self.bootstrap_servers = parse_bootstrap_servers(bootstrap_servers)
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
@@ -403,19 +405,22 @@ class KafkaClient:
             f"{timeout_s:.3g} s: {details}")
 
     async def fetch_metadata(self, topics: Sequence[str] | None, *,
-                             timeout_s: float | None = None) -> MetadataResponse:
+                             timeout_s: float | None = None,
+                             on_error: Callable[[BaseException], None] | None = None,
+                             ) -> MetadataResponse:
         """Metadata for ``topics`` (None: all topics) from the least-loaded node.
 
         Never creates topics (``allow_auto_topic_creation=False``). Nodes that fail
         are put in backoff and the next one is tried until ``timeout_s`` (default:
-        ``request_timeout_ms``) runs out. The caller applies :meth:`update_nodes`.
+        ``request_timeout_ms``) runs out; ``on_error`` hears of each failed attempt.
+        The caller applies :meth:`update_nodes`.
         """
         timeout = self.request_timeout_ms / 1000.0 if timeout_s is None else timeout_s
 
         async def op(node: int, remaining: float) -> MetadataResponse:
             return await self._metadata_from(node, topics, remaining)
 
-        return await self.on_any_node(op, timeout, "fetch metadata")
+        return await self.on_any_node(op, timeout, "fetch metadata", on_error=on_error)
 
     async def _metadata_from(self, node: int, topics: Sequence[str] | None,
                              timeout_s: float) -> MetadataResponse:
@@ -590,7 +595,8 @@ class KafkaClient:
             conn = await BrokerConnection.open(
                 host, port, node_id=node_id if node_id >= 0 else None,
                 client_id=self.client_id, request_timeout_ms=self.request_timeout_ms,
-                connect_timeout_ms=self.connect_timeout_ms, security=self.security)
+                connect_timeout_ms=self.connect_timeout_ms,
+                max_response_bytes=self.max_response_bytes, security=self.security)
         except Exception as exc:
             st.failures += 1
             st.last_error = exc
@@ -658,9 +664,11 @@ class KafkaClient:
             raise RequestTimedOutError(f"no answer within {timeout_s:.3g} s") from None
 
     async def on_any_node(self, op: Callable[[int, float], Awaitable[T]], timeout_s: float,
-                          what: str) -> T:
+                          what: str, *,
+                          on_error: Callable[[BaseException], None] | None = None) -> T:
         """Run ``op(node, remaining_s)`` on the least-loaded node, moving on to other
-        nodes after connection-level failures, until ``timeout_s`` runs out."""
+        nodes after connection-level failures (each also given to ``on_error``),
+        until ``timeout_s`` runs out."""
         self._check_open()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
@@ -680,6 +688,8 @@ class KafkaClient:
             except (KafkaConnectionError, RequestTimedOutError, ProtocolError) as exc:
                 errors[node] = exc
                 log.debug("%s via %s failed: %s", what, self._describe(node), exc)
+                if on_error is not None:
+                    on_error(exc)
                 self._check_open()
         details = "; ".join(f"{self._describe(n)}: {e}" for n, e in errors.items())
         raise KafkaConnectionError(

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import io
 import logging
 import os
@@ -52,7 +53,7 @@ import kio.schema.sasl_handshake.v1.response as _sh1_resp
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.schema.index import api_key_map
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_writer
 from kio.static.protocol import RequestPayload, ResponsePayload
 
 from ..errors import (
@@ -65,7 +66,7 @@ from ..errors import (
     UnsupportedVersionError,
     for_code,
 )
-from .protocol import read_uvarint
+from .protocol import decode_entity, read_uvarint
 from .security import OAuthBearer, Security
 
 __all__ = ["API_VERSIONS_KEY", "BrokerConnection", "api_name"]
@@ -73,6 +74,7 @@ __all__ = ["API_VERSIONS_KEY", "BrokerConnection", "api_name"]
 log = logging.getLogger("aioproducer.net")
 
 R = TypeVar("R", bound=ResponsePayload)
+T = TypeVar("T")
 
 API_VERSIONS_KEY: Final = 18
 _UNSUPPORTED_VERSION: Final = int(ErrorCode.unsupported_version)
@@ -125,12 +127,13 @@ def _consume_exception(fut: asyncio.Future[Any]) -> None:
 
 
 class _InFlight:
-    __slots__ = ("api_key", "api_version", "correlation_id", "deadline", "flexible_header",
-                 "future", "timeout_ms")
+    __slots__ = ("api_key", "api_version", "correlation_id", "deadline", "decode",
+                 "flexible_header", "future", "timeout_ms")
 
     def __init__(self, correlation_id: int, api_key: int, api_version: int,
-                 flexible_header: bool, future: asyncio.Future[memoryview],
-                 deadline: float, timeout_ms: int) -> None:
+                 flexible_header: bool, future: asyncio.Future[Any],
+                 deadline: float, timeout_ms: int,
+                 decode: Callable[[memoryview], Any] | None) -> None:
         self.correlation_id = correlation_id
         self.api_key = api_key
         self.api_version = api_version
@@ -138,6 +141,7 @@ class _InFlight:
         self.future = future
         self.deadline = deadline
         self.timeout_ms = timeout_ms
+        self.decode = decode
 
 
 class BrokerConnection(asyncio.Protocol):
@@ -326,33 +330,31 @@ class BrokerConnection(asyncio.Protocol):
             await asyncio.shield(gate)  # held while the connection re-authenticates
         buf = io.BytesIO()
         entity_writer(type(req))(buf, req)
+        rtype: type[Any] = (load_response_schema(api_key, version) if response_type is None
+                            else response_type)
         fut = self.send_raw(api_key, version, (buf.getvalue(),), flexible=req.__flexible__,
-                            expect_response=True, timeout_ms=timeout_ms)
+                            expect_response=True, timeout_ms=timeout_ms,
+                            decode=functools.partial(decode_entity, rtype))
         assert fut is not None
-        body = await fut
-        if response_type is None:
-            return self._decode(load_response_schema(api_key, version), api_key, version, body)
-        return self._decode(response_type, api_key, version, body)
+        return cast("R | ResponsePayload", await fut)
 
-    def _decode(self, rtype: type[R], api_key: int, version: int, body: memoryview) -> R:
-        try:
-            obj, end = entity_reader(rtype)(body, 0)
-        except Exception as exc:
-            raise ProtocolError(
-                f"cannot decode the {api_name(api_key)} v{version} response from {self}: "
-                f"{exc!r}"
-            ) from exc
-        if end != len(body):
-            raise ProtocolError(
-                f"the {api_name(api_key)} v{version} response from {self} has "
-                f"{len(body) - end} unexpected trailing byte(s)"
-            )
-        return obj
+    @overload
+    def send_raw(self, api_key: int, api_version: int,
+                 body_parts: Sequence[bytes | bytearray | memoryview], *, flexible: bool,
+                 expect_response: bool, timeout_ms: int | None = None,
+                 decode: None = None) -> asyncio.Future[memoryview] | None: ...
+
+    @overload
+    def send_raw(self, api_key: int, api_version: int,
+                 body_parts: Sequence[bytes | bytearray | memoryview], *, flexible: bool,
+                 expect_response: bool, timeout_ms: int | None = None,
+                 decode: Callable[[memoryview], T]) -> asyncio.Future[T] | None: ...
 
     def send_raw(self, api_key: int, api_version: int,
                  body_parts: Sequence[bytes | bytearray | memoryview], *, flexible: bool,
-                 expect_response: bool,
-                 timeout_ms: int | None = None) -> asyncio.Future[memoryview] | None:
+                 expect_response: bool, timeout_ms: int | None = None,
+                 decode: Callable[[memoryview], Any] | None = None,
+                 ) -> asyncio.Future[Any] | None:
         """Write one request whose body is already encoded; zero copy.
 
         The request header and the 4-byte size are built here and written with the
@@ -360,12 +362,18 @@ class BrokerConnection(asyncio.Protocol):
         this version of the API is flexible (request header v2 + response header v1,
         except ApiVersions whose responses always use header v0).
 
-        Returns a future of the response body (after the response header), or
-        ``None`` when ``expect_response`` is False (acks=0 Produce: the broker sends
+        Returns a future of the response body (after the response header), or of
+        ``decode(body)`` when ``decode`` is given, or ``None`` when
+        ``expect_response`` is False (acks=0 Produce: the broker sends
         nothing back, so nothing is registered). With ``expect_response=False``
         the parts are joined into one ``bytes`` first, so the caller may reuse its
         buffers as soon as this returns. With a response expected, the parts must
         stay unchanged until the future is done.
+
+        ``decode`` runs when the response arrives; whatever it raises means the broker
+        sent bytes that are not the response: the future fails with
+        :class:`ProtocolError`, and the connection closes (the other requests in flight
+        fail with :class:`KafkaConnectionError`), as for any framing error.
 
         Raises :class:`KafkaConnectionError` if the connection is closed.
         """
@@ -390,13 +398,13 @@ class BrokerConnection(asyncio.Protocol):
             transport.write(b"".join((head, *body_parts)))
             return None
         transport.writelines((head, *body_parts))
-        fut: asyncio.Future[memoryview] = loop.create_future()
+        fut: asyncio.Future[Any] = loop.create_future()
         fut.add_done_callback(_consume_exception)
         timeout = self.request_timeout_ms if timeout_ms is None else timeout_ms
         deadline = loop.time() + timeout / 1000.0
         self._in_flight.append(_InFlight(cid, api_key, api_version,
                                          flexible and api_key != API_VERSIONS_KEY, fut,
-                                         deadline, timeout))
+                                         deadline, timeout, decode))
         if self._timer is None or deadline < self._timer_when:
             self._arm_timer(deadline)
         return fut
@@ -419,17 +427,15 @@ class BrokerConnection(asyncio.Protocol):
             buf = io.BytesIO()
             entity_writer(req_type)(buf, req)
             fut = self.send_raw(API_VERSIONS_KEY, version, (buf.getvalue(),),
-                                flexible=req.__flexible__, expect_response=True)
+                                flexible=req.__flexible__, expect_response=True,
+                                decode=functools.partial(_decode_api_versions, version))
             assert fut is not None
-            body = await fut
-            if len(body) < 2:
-                raise ProtocolError(f"truncated ApiVersions response from {self}")
-            code = int.from_bytes(body[:2], "big", signed=True)
+            resp = await fut
+            code = int(resp.error_code)
             if code == _UNSUPPORTED_VERSION:
                 # KIP-511: the broker answers with a v0 body listing its range.
-                v0 = self._decode(_av0_resp.ApiVersionsResponse, API_VERSIONS_KEY, 0, body)
                 ranges = {int(k.api_key): (int(k.min_version), int(k.max_version))
-                          for k in v0.api_keys}
+                          for k in resp.api_keys}
                 lo, hi = ranges.get(API_VERSIONS_KEY, (0, 0))
                 retry = min(hi, _API_VERSIONS_MAX)
                 if retry < lo or retry in tried:
@@ -443,8 +449,6 @@ class BrokerConnection(asyncio.Protocol):
                 continue
             if code != 0:
                 raise for_code(code, f"ApiVersions request to {self} failed")
-            resp = self._decode(_API_VERSIONS_RESPONSES[version], API_VERSIONS_KEY, version,
-                                body)
             self.api_versions = {int(k.api_key): (int(k.min_version), int(k.max_version))
                                  for k in resp.api_keys}
             self._negotiated = True
@@ -663,8 +667,23 @@ class BrokerConnection(asyncio.Protocol):
             self._timer.cancel()
             self._timer = None
         fut = head.future
+        decode = head.decode
+        if decode is None:
+            result: Any = frame[offset:]
+        else:
+            try:
+                result = decode(frame[offset:])
+            except Exception as exc:  # not the response: this connection is unusable
+                message = (f"malformed {api_name(head.api_key)} v{head.api_version} "
+                           f"response from {self}: {exc}")
+                log.warning("%s; closing the connection", message)
+                error = ProtocolError(message)
+                if not fut.done():
+                    fut.set_exception(error)
+                self._shutdown(f"protocol error: {message}", error)
+                return
         if not fut.done():
-            fut.set_result(frame[offset:])
+            fut.set_result(result)
         if self._reauth_due and not self._in_flight:
             self._maybe_reauth()
 
@@ -765,6 +784,14 @@ def _os_error_text(exc: OSError) -> str:
     if exc.errno:
         return f"{os.strerror(exc.errno)} ({exc})"
     return str(exc) or repr(exc)
+
+
+def _decode_api_versions(version: int, body: memoryview) -> _ApiVersionsResponse:
+    """An ApiVersions response of ``version``, or the v0 body a broker sends with
+    UNSUPPORTED_VERSION (KIP-511)."""
+    if len(body) >= 2 and int.from_bytes(body[:2], "big", signed=True) == _UNSUPPORTED_VERSION:
+        version = 0
+    return decode_entity(_API_VERSIONS_RESPONSES[version], body)
 
 
 def _skip_tagged_fields(buf: memoryview, offset: int) -> int:

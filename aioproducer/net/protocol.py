@@ -23,10 +23,11 @@ Only the flexible versions (9+) are produced. Layout (``ProduceRequest.json``)::
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 import uuid
 from collections.abc import Sequence
-from typing import TypeAlias
+from typing import Any, TypeAlias, TypeVar
 
 import kio.schema.produce.v9.response as _r9
 import kio.schema.produce.v10.response as _r10
@@ -34,8 +35,41 @@ import kio.schema.produce.v11.response as _r11
 import kio.schema.produce.v12.response as _r12
 import kio.schema.produce.v13.response as _r13
 from kio.serial import entity_reader
+from kio.serial._introspect import (
+    EntityField,
+    EntityTupleField,
+    PrimitiveField,
+    PrimitiveTupleField,
+    classify_field,
+    get_field_tag,
+    get_schema_field_type,
+    is_optional,
+)
+from kio.static.protocol import Entity
 
 from ..errors import ProtocolError, UnsupportedVersionError
+
+try:
+    from .._native.scan import (
+        ARRAY_COMPACT,
+        ARRAY_LEGACY,
+        ARRAY_NONE,
+        ENTITY_HEADER_SIZE,
+        FLAG_FLEXIBLE,
+        KIND_BYTES32,
+        KIND_COMPACT_STRING,
+        KIND_ENTITY,
+        KIND_FIXED,
+        KIND_NULLABLE_ENTITY,
+        KIND_STRING16,
+        Layout,
+        LayoutError,
+    )
+except ImportError as exc:  # pragma: no cover - depends on the build
+    raise ImportError(
+        f"aioproducer's compiled core (aioproducer._native.scan) is not built: {exc}. "
+        "Build it with `pip install -e .` (or `make build`) in the source checkout."
+    ) from exc
 
 __all__ = [
     "PRODUCE_API_KEY",
@@ -43,7 +77,9 @@ __all__ = [
     "PRODUCE_MIN_VERSION",
     "PartitionProduceResponse",
     "ProduceResponse",
+    "check_entity_layout",
     "compact_string",
+    "decode_entity",
     "decode_produce_response",
     "encode_produce_body",
     "produce_results",
@@ -187,7 +223,10 @@ def encode_produce_body(
 
 
 def decode_produce_response(version: int, body: bytes | memoryview) -> ProduceResponse:
-    """Decode a Produce response body (after the response header) with kio."""
+    """Decode a Produce response body (after the response header) with kio.
+
+    :class:`ProtocolError` for a body that does not decode (see :func:`decode_entity`).
+    """
     try:
         response_type = _RESPONSE_TYPES[version]
     except KeyError:
@@ -195,15 +234,160 @@ def decode_produce_response(version: int, body: bytes | memoryview) -> ProduceRe
             f"Produce v{version} is not supported by aioproducer "
             f"(v{PRODUCE_MIN_VERSION}..v{PRODUCE_MAX_VERSION})"
         ) from None
+    return decode_entity(response_type, body)
+
+
+# -- decoding hostile bytes with kio -------------------------------------------------------
+#
+# kio's (Rust) decoder reserves an array's memory from its declared length before it
+# reads an element: 9 bytes of "Metadata v12 response" that declare 2**35 brokers make
+# it ask for 256 GiB and abort the process. check_entity_layout() walks the body first
+# (compiled: aioproducer/_native/scan.pyx) against a layout compiled from the same kio
+# schema, and refuses every length or count that the body cannot back.
+
+E = TypeVar("E", bound=Entity)
+
+# kafka_type -> encoded size of the fixed-size primitives kio knows.
+_FIXED_SIZES: dict[str, int] = {
+    "int8": 1, "uint8": 1, "bool": 1,
+    "int16": 2, "uint16": 2, "error_code": 2,
+    "int32": 4, "uint32": 4, "timedelta_i32": 4,
+    "int64": 8, "uint64": 8, "float64": 8, "timedelta_i64": 8, "datetime_i64": 8,
+    "uuid": 16,
+}
+
+_LAYOUTS: dict[type[Any], Layout] = {}
+
+
+class _LayoutCompiler:
+    """kio entity class -> the flat program of :class:`aioproducer._native.scan.Layout`.
+
+    Classifies fields exactly as kio's own schema compiler does (the same
+    ``kio.serial._introspect`` helpers): the field's container decides compact or
+    legacy encodings, each nested entity its own tagged-field buffer.
+    """
+
+    def __init__(self) -> None:
+        self.code: list[int] = []
+        self._offsets: dict[type[Any], int] = {}
+        self._min_sizes: dict[int, int] = {}
+
+    def entity(self, entity_type: type[Any]) -> int:
+        """Compile ``entity_type`` (once); its offset in :attr:`code`."""
+        known = self._offsets.get(entity_type)
+        if known is not None:
+            return known
+        flexible = bool(entity_type.__flexible__)
+        regular: list[tuple[int, int, int]] = []
+        tagged: list[tuple[int, int, int, int]] = []
+        fields = dataclasses.fields(entity_type)
+        n_tagged = sum(1 for f in fields if get_field_tag(f) is not None)
+        start = len(self.code)
+        self._offsets[entity_type] = start
+        self.code.extend([0] * (ENTITY_HEADER_SIZE + 3 * (len(fields) - n_tagged)
+                                + 4 * n_tagged))
+        smallest = 1 if flexible else 0
+        for f in fields:
+            op = self._field(f, flexible)
+            tag = get_field_tag(f)
+            if tag is None:
+                regular.append(op)
+                smallest += self._op_min_size(op)
+            else:
+                tagged.append((int(tag), *op))
+        program = [FLAG_FLEXIBLE if flexible else 0, len(regular), len(tagged), smallest]
+        for r in regular:
+            program.extend(r)
+        for t in tagged:
+            program.extend(t)
+        self.code[start:start + len(program)] = program
+        self._min_sizes[start] = smallest
+        return start
+
+    def _field(self, f: dataclasses.Field[Any], flexible: bool) -> tuple[int, int, int]:
+        cls = classify_field(f)
+        array = (ARRAY_COMPACT if flexible else ARRAY_LEGACY) if cls.is_array else ARRAY_NONE
+        if isinstance(cls, (PrimitiveField, PrimitiveTupleField)):
+            kind, arg = _primitive(get_schema_field_type(f), flexible)
+        elif isinstance(cls, EntityField):
+            kind = KIND_NULLABLE_ENTITY if is_optional(f) else KIND_ENTITY
+            arg = self.entity(cls.type_)
+        elif isinstance(cls, EntityTupleField):
+            kind, arg = KIND_ENTITY, self.entity(cls.type_)
+        else:  # pragma: no cover - kio has no other field classes
+            raise TypeError(f"cannot lay out field {f.name!r}: {cls!r}")
+        return array, kind, arg
+
+    def _op_min_size(self, op: tuple[int, int, int]) -> int:
+        array, kind, arg = op
+        if array == ARRAY_COMPACT:
+            return 1
+        if array == ARRAY_LEGACY:
+            return 4
+        if kind == KIND_FIXED:
+            return arg
+        if kind == KIND_STRING16:
+            return 2
+        if kind == KIND_BYTES32:
+            return 4
+        if kind == KIND_ENTITY:
+            return self._min_sizes.get(arg, 0)  # 0 while it is being compiled
+        return 1  # compact string/bytes, nullable entity marker
+
+
+def _primitive(kafka_type: str, flexible: bool) -> tuple[int, int]:
+    if kafka_type in ("string", "bytes", "records"):
+        if flexible:
+            return KIND_COMPACT_STRING, 0
+        return (KIND_STRING16, 0) if kafka_type == "string" else (KIND_BYTES32, 0)
+    size = _FIXED_SIZES.get(kafka_type)
+    if size is None:
+        raise TypeError(f"no wire layout for kafka_type {kafka_type!r}")
+    return KIND_FIXED, size
+
+
+def entity_layout(entity_type: type[Any]) -> Layout:
+    """The compiled wire layout of a kio entity class (cached)."""
+    layout = _LAYOUTS.get(entity_type)
+    if layout is None:
+        compiler = _LayoutCompiler()
+        compiler.entity(entity_type)
+        layout = _LAYOUTS[entity_type] = Layout(compiler.code, entity_type.__qualname__)
+    return layout
+
+
+def check_entity_layout(entity_type: type[Any], body: bytes | bytearray | memoryview) -> None:
+    """:class:`ProtocolError` unless ``body`` is exactly one ``entity_type``, with every
+    length, count and tagged field backed by bytes that are there.
+
+    Decoding a body that passes with kio allocates in proportion to the body; values
+    (UTF-8, error codes, timestamps) are left for kio to check.
+    """
     try:
-        response, end = entity_reader(response_type)(body, 0)
-    except Exception as exc:
-        raise ProtocolError(f"cannot decode a Produce v{version} response: {exc!r}") from exc
-    if end != len(body):
+        end = entity_layout(entity_type).check(body)
+    except LayoutError as exc:
+        raise ProtocolError(f"malformed {entity_type.__qualname__}: {exc}") from None
+    size = body.nbytes if isinstance(body, memoryview) else len(body)
+    if end != size:
         raise ProtocolError(
-            f"Produce v{version} response has {len(body) - end} trailing byte(s)"
-        )
-    return response
+            f"malformed {entity_type.__qualname__}: {size - end} trailing byte(s)")
+
+
+def decode_entity(entity_type: type[E], body: bytes | memoryview) -> E:
+    """Decode ``body`` as exactly one ``entity_type`` with kio, safely.
+
+    The body is checked with :func:`check_entity_layout` first; anything wrong
+    (truncated, inconsistent or oversized lengths, trailing bytes, values kio
+    refuses) is a :class:`ProtocolError`.
+    """
+    check_entity_layout(entity_type, body)
+    try:
+        value, end = entity_reader(entity_type)(body, 0)
+    except Exception as exc:
+        raise ProtocolError(f"malformed {entity_type.__qualname__}: {exc!r}") from exc
+    if end != len(body):  # pragma: no cover - the layout check saw the same end
+        raise ProtocolError(f"malformed {entity_type.__qualname__}: trailing bytes")
+    return value
 
 
 def produce_results(
