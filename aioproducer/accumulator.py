@@ -47,10 +47,17 @@ class RecordAccumulator:
                  retry_backoff_ms: int, retry_backoff_max_ms: int,
                  delivery_timeout_ms: int, codec: int = 0,
                  compressor: Compressor | None = None,
-                 max_request_size: int = 1048576) -> None:
+                 max_request_size: int = 1048576,
+                 batch_max_size: int | None = None) -> None:
         self.pool = BufferPool(buffer_memory, batch_size)
         self.metrics: ProducerMetrics | None = None
         self.batch_size = batch_size
+        # A grown batch takes at most a quarter of the memory, like a compressed one.
+        self.batch_max_size = max(batch_size, min(batch_max_size or batch_size,
+                                                  buffer_memory // 4))
+        # KIP-782: the batch size (on the wire) for a partition's next batch, where it
+        # differs from batch_size; see batch_taken().
+        self.batch_targets: dict[TopicPartition, int] = {}
         self.codec = codec
         self.compressor = compressor
         self.ratios = CompressionRatioEstimator()
@@ -87,7 +94,7 @@ class RecordAccumulator:
         batch = ProducerBatch(tp, block, loop.create_future(), time.monotonic())
         if self.codec:
             cap = block.capacity
-            limit = min(cap - _codec_slack(cap), self._compressed_limit(tp[0]))
+            limit = min(cap - _codec_slack(cap), self._compressed_limit(tp))
             batch.builder.set_compression(self.codec, self.compressor,
                                           max(limit, BATCH_HEADER_SIZE + 1))
         dq = self.batches.get(tp)
@@ -99,22 +106,50 @@ class RecordAccumulator:
         self.incomplete.add(batch)
         return batch
 
-    def block_size_for(self, record_size: int, topic: str = "") -> int:
-        """Block size for a new batch whose first record encodes to ``record_size``.
+    def block_size_for(self, record_size: int, tp: TopicPartition) -> int:
+        """Block size for a new batch of ``tp`` whose first record encodes to
+        ``record_size``.
 
-        With compression, a batch holds records up to its estimated compressed size
-        reaching ``batch_size`` (plus room for the codec's overhead on data that does
-        not compress), so the block may be larger than ``batch_size``.
+        The batch is sized for the partition's target (``batch_size``, or more for a
+        partition whose batches fill up: :meth:`batch_taken`). With compression, a
+        batch holds records up to its estimated compressed size reaching the target
+        (plus room for the codec's overhead on data that does not compress), so the
+        block may be larger than the target.
         """
-        size = max(self.batch_size, BATCH_HEADER_SIZE + record_size)
+        size = max(self.batch_targets.get(tp, self.batch_size), BATCH_HEADER_SIZE + record_size)
         if self.codec:
-            limit = self._compressed_limit(topic)
+            limit = self._compressed_limit(tp)
             size = max(size, limit + _codec_slack(limit))
         return size
 
-    def _compressed_limit(self, topic: str) -> int:
-        budget = self.ratios.records_budget(topic, self.batch_size, BATCH_HEADER_SIZE)
-        return min(BATCH_HEADER_SIZE + budget, self.max_compressed_batch)
+    def _compressed_limit(self, tp: TopicPartition) -> int:
+        target = self.batch_targets.get(tp, self.batch_size)
+        budget = self.ratios.records_budget(tp[0], target, BATCH_HEADER_SIZE)
+        return min(BATCH_HEADER_SIZE + budget, max(self.max_compressed_batch, target))
+
+    def batch_taken(self, batch: ProducerBatch) -> None:
+        """Adapt the partition's batch size to its rate (KIP-782's expandable batches).
+
+        A batch that filled up before the Sender took it means records arrive faster
+        than batches go out: the partition's next batch is twice as large, up to
+        ``batch_max_size``, while at least half of ``buffer_memory`` is free (under
+        memory pressure batches stay small, so that many partitions can share it). A
+        batch taken less than half full (``linger_ms`` passed first) halves the target
+        again, down to ``batch_size``. Bigger batches mean fewer Produce requests for
+        the same records, which is where a busy partition's time goes.
+        """
+        tp = batch.tp
+        target = self.batch_targets.get(tp, self.batch_size)
+        if batch.full:
+            if target < self.batch_max_size and \
+                    self.pool.available_memory * 2 >= self.pool.total_memory:
+                self.batch_targets[tp] = min(target * 2, self.batch_max_size)
+        elif target > self.batch_size and batch.builder.size_in_bytes * 2 < target:
+            target //= 2
+            if target <= self.batch_size:
+                del self.batch_targets[tp]
+            else:
+                self.batch_targets[tp] = target
 
     def batch_closed(self, batch: ProducerBatch) -> None:
         """Learn the topic's compression ratio from a batch that was just closed."""
@@ -282,6 +317,8 @@ class RecordAccumulator:
                 if ready and size + batch_bytes > max_request_size:
                     break
                 dq.popleft()
+                if batch.attempts == 0 and self.batch_max_size > self.batch_size:
+                    self.batch_taken(batch)
                 batch.full = True  # closed for appends from now on, even if re-enqueued
                 size += batch_bytes
                 ready.append(batch)

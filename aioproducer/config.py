@@ -34,6 +34,7 @@ Partitioner = Callable[[str, bytes | None, int], int]
 Serializer = Callable[[Any], bytes | bytearray | memoryview | None]
 
 _MAX_INT32 = 2**31 - 1
+_DEFAULT_BATCH_MAX = 262144
 _COMPRESSION = ("none", "gzip", "snappy", "lz4", "zstd")
 
 
@@ -57,7 +58,13 @@ class ProducerConfig:
     linger_ms: int = 5
     """``linger.ms``: how long a batch waits for more records before it is sendable."""
     batch_size: int = 16384
-    """``batch.size``: bytes per batch (and per pooled buffer)."""
+    """``batch.size``: bytes per batch (and per pooled buffer); a partition's batches
+    start at this size."""
+    batch_max_size: int | None = None
+    """``batch.max.size`` (KIP-782): a partition whose batches fill up before they are
+    sent gets batches of twice the size, up to this (default: 262144, or
+    ``batch_size`` if larger; at most ``max_request_size``). Set it to ``batch_size``
+    for fixed-size batches, as in the Java producer."""
     buffer_memory: int = 32 * 1024 * 1024
     """``buffer.memory``: hard bound on the bytes buffered for sending."""
     max_block_ms: int = 60000
@@ -226,6 +233,15 @@ class ProducerConfig:
                 "delivery_timeout_ms must be >= linger_ms + request_timeout_ms "
                 f"({self.linger_ms} + {self.request_timeout_ms}), got {self.delivery_timeout_ms}"
             )
+        batch_max = self.batch_max_size
+        if batch_max is None:
+            batch_max = max(self.batch_size, min(_DEFAULT_BATCH_MAX, self.max_request_size))
+        elif isinstance(batch_max, bool) or not isinstance(batch_max, int):
+            raise ConfigError(f"batch_max_size must be an int, got {type(batch_max).__name__}")
+        elif not self.batch_size <= batch_max <= max(self.batch_size, self.max_request_size):
+            raise ConfigError(
+                f"batch_max_size must be between batch_size ({self.batch_size}) and "
+                f"max_request_size ({self.max_request_size}), got {batch_max}")
         if self.max_request_size > self.buffer_memory:
             # Java allows this, but a record that passes max_request_size could then
             # never get memory: keep the bound honest.
@@ -255,7 +271,8 @@ class ProducerConfig:
             raise ConfigError(
                 "enable_idempotence=True conflicts with " + ", ".join(conflicts)
             )
-        return dataclasses.replace(self, enable_idempotence=bool(idempotence))
+        return dataclasses.replace(self, enable_idempotence=bool(idempotence),
+                                   batch_max_size=batch_max)
 
     @property
     def compression_level(self) -> int:

@@ -64,7 +64,8 @@ class Producer:
         self._metadata = Metadata(max_age_ms=c.metadata_max_age_ms,
                                   retry_backoff_ms=c.retry_backoff_ms)
         self._accumulator = RecordAccumulator(
-            batch_size=c.batch_size, buffer_memory=c.buffer_memory, linger_ms=c.linger_ms,
+            batch_size=c.batch_size, batch_max_size=c.batch_max_size or c.batch_size,
+            buffer_memory=c.buffer_memory, linger_ms=c.linger_ms,
             retry_backoff_ms=c.retry_backoff_ms, retry_backoff_max_ms=c.retry_backoff_max_ms,
             delivery_timeout_ms=c.delivery_timeout_ms,
             codec=codec_id(c.compression_type),
@@ -90,6 +91,7 @@ class Producer:
         self._interceptors = InterceptorChain(c.interceptors)
         self._fast = self._partitioner.fast and c.key_serializer is None \
             and c.value_serializer is None and not self._interceptors
+        self._hot = False  # send() may take the native path at once (set in start())
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -120,6 +122,8 @@ class Producer:
         self._txn = self._sender.txn
         self._sender.start()
         self._state = _RUNNING
+        self._appender.bind(self._loop)
+        self._hot = self._fast and self._txn is None
 
     async def __aenter__(self) -> Producer:
         await self.start()
@@ -178,6 +182,8 @@ class Producer:
             except (KafkaError, asyncio.TimeoutError) as exc:
                 log.warning("close(): could not abort the open transaction: %s", exc)
         self._state = _CLOSING
+        self._hot = False
+        self._appender.bind(None)
         acc = self._accumulator
         acc.closing = True
         self._metadata.fail_waiters(ProducerClosedError("the producer was closed"))
@@ -223,14 +229,25 @@ class Producer:
         bounded by ``max_block_ms``. ``await`` the returned :class:`RecordFuture` for
         the :class:`RecordMetadata`.
         """
+        if self._hot and headers is None:
+            # The common case, in one native call. It checks that this is the
+            # producer's loop; _hot says that the producer runs, with no serializers,
+            # interceptors or transaction to consult.
+            fut = self._appender.append(topic, value, key, partition, timestamp_ms)
+            if fut is not None:
+                return fut
+        return await self._send(topic, value, key, partition, timestamp_ms, headers)
+
+    async def _send(self, topic: str, value: Any, key: Any, partition: int | None,
+                    timestamp_ms: int | None, headers: Sequence[Header] | None) -> RecordFuture:
         if self._state != _RUNNING or asyncio.get_running_loop() is not self._loop:
             self._raise_not_running()
         if self._txn is not None:
             self._txn.check_send()
-        if self._fast and headers is None:
-            fut = self._appender.append(topic, value, key, partition, timestamp_ms)
-            if fut is not None:
-                return fut
+            if self._fast and headers is None:
+                fut = self._appender.append(topic, value, key, partition, timestamp_ms)
+                if fut is not None:
+                    return fut
         if self._interceptors:
             return await self._send_intercepted(topic, value, key, partition, timestamp_ms,
                                                 headers)
@@ -360,7 +377,7 @@ class Producer:
                                 started: float) -> Any:
         acc = self._accumulator
         remaining = self._max_block_s - (time.monotonic() - started if started else 0.0)
-        block = await acc.allocate(acc.block_size_for(record_size, tp[0]), max(remaining, 0.0))
+        block = await acc.allocate(acc.block_size_for(record_size, tp), max(remaining, 0.0))
         if self._state != _RUNNING:
             acc.release_block(block)
             self._raise_not_running()

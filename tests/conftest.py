@@ -28,6 +28,7 @@ import pytest_asyncio
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from kafka_util import create_topic, delete_topic
+from log_util import broker_data_dir
 
 from aioproducer.devbroker import BrokerStartError, KafkaLibsError, LocalKafka
 
@@ -68,6 +69,13 @@ def kafka_bootstrap(local_kafka: LocalKafka | None) -> str:
     if local_kafka is None:
         return os.environ["AIOPRODUCER_BOOTSTRAP"]
     return local_kafka.bootstrap
+
+
+@pytest.fixture
+def log_dir(local_kafka: LocalKafka | None, kafka_bootstrap: str) -> Path | None:
+    """The test broker's data directory (for ``log_util.dump_batches``), or None when
+    the broker is not a one-node broker of this machine."""
+    return broker_data_dir(local_kafka, kafka_bootstrap)
 
 
 @pytest.fixture(scope="session")

@@ -27,6 +27,7 @@ import cramjam
 import pytest
 from crc32c import crc32c
 from kafka_util import consume_all, partition_offsets
+from log_util import check_log_layout, dump_batches
 from test_producer_e2e import gather_chunked
 
 from aioproducer import ConfigError, Producer
@@ -38,7 +39,7 @@ from aioproducer.compression import (
     decompress,
     make_compressor,
 )
-from aioproducer.devbroker import LocalKafka, default_state_dir, run_java
+from aioproducer.devbroker import run_java
 
 LEVEL_OPTION = {"gzip": "compression_gzip_level", "lz4": "compression_lz4_level",
                 "zstd": "compression_zstd_level"}
@@ -61,84 +62,6 @@ def producer_options(codec: str, level: int | None) -> dict[str, Any]:
     if level is not None:
         options[LEVEL_OPTION[codec]] = level
     return options
-
-
-# -- the broker's log files, read by Kafka's DumpLogSegments ----------------------------
-
-
-@dataclass(frozen=True)
-class DumpedBatch:
-    topic: str
-    partition: int
-    base_offset: int
-    last_offset: int
-    count: int
-    size: int
-    """Bytes of the whole batch in the log, as the producer sent it (or the broker
-    recompressed it)."""
-    codec: str
-    """``none``, ``gzip``, ``snappy``, ``lz4`` or ``zstd``."""
-
-
-_BATCH_LINE = re.compile(
-    r"baseOffset: (\d+) lastOffset: (\d+) count: (\d+) .*? size: (\d+) magic: 2 "
-    r"compresscodec: (\w+) .*? isvalid: (\w+)")
-
-
-@pytest.fixture
-def log_dir(local_kafka: LocalKafka | None, kafka_bootstrap: str) -> Path | None:
-    """The data directory of the test broker when it is a one-node broker of this
-    machine: the session's own, or the dev broker (``.broker/default``) that
-    ``$AIOPRODUCER_BOOTSTRAP`` points at. None otherwise."""
-    cluster = local_kafka or LocalKafka(default_state_dir())
-    try:
-        if cluster.bootstrap != kafka_bootstrap or cluster.node_count() != 1:
-            return None
-    except RuntimeError:  # no cluster state there
-        return None
-    path = cluster.node_dir(0) / "data"
-    return path if path.is_dir() else None
-
-
-def dump_batches(data_dir: Path, *topics: str) -> list[DumpedBatch]:
-    """Every batch of every partition of ``topics``, in log order, from Kafka's
-    ``DumpLogSegments`` (one JVM for all the segment files)."""
-    files: dict[str, tuple[str, int]] = {}
-    for topic in topics:
-        for part_dir in data_dir.glob(f"{topic}-*"):
-            partition = int(part_dir.name.rsplit("-", 1)[1])
-            for log in part_dir.glob("*.log"):
-                files[str(log)] = (topic, partition)
-    assert {t for t, _ in files.values()} == set(topics), f"log segments missing: {data_dir}"
-    proc = run_java("org.apache.kafka.tools.DumpLogSegments",
-                    ["--files", ",".join(sorted(files))], timeout=120)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out: list[DumpedBatch] = []
-    topic, partition = "", -1
-    for line in proc.stdout.splitlines():
-        if line.startswith("Dumping "):
-            topic, partition = files[line.removeprefix("Dumping ").strip()]
-            continue
-        m = _BATCH_LINE.search(line)
-        if m is None:
-            continue
-        assert m[6] == "true", f"DumpLogSegments: invalid batch: {line}"
-        out.append(DumpedBatch(topic, partition, int(m[1]), int(m[2]), int(m[3]), int(m[4]), m[5]))
-    return out
-
-
-def check_log_layout(batches: list[DumpedBatch], partitions_counts: dict[int, int]) -> None:
-    """Per partition, the batches tile offsets 0..count-1 with no gap or overlap."""
-    by_partition: dict[int, list[DumpedBatch]] = defaultdict(list)
-    for b in batches:
-        by_partition[b.partition].append(b)
-    assert {p: sum(b.count for b in bs) for p, bs in by_partition.items()} == {
-        p: c for p, c in partitions_counts.items() if c}
-    for bs in by_partition.values():
-        expected = 0
-        for b in sorted(bs, key=lambda b: b.base_offset):
-            assert b.base_offset == expected and b.last_offset == expected + b.count - 1
-            expected += b.count
 
 
 # -- the records --------------------------------------------------------------------
@@ -389,7 +312,8 @@ async def test_java_console_consumer_reads_every_codec(
 async def test_compressed_batches_approach_batch_size_on_the_wire(
         kafka_bootstrap: str, topic_factory: Any, log_dir: Path | None, codec: str) -> None:
     """The ratio estimate lets a batch of compressible records hold more than
-    ``batch_size`` of records, so that it approaches ``batch_size`` once compressed.
+    ``batch_size`` of records, so that it approaches ``batch_size`` once compressed
+    (with ``batch_max_size=batch_size``: no growth of busy partitions' batches).
 
     The first batches, before anything was learnt, hold at most ``batch_size``. The
     estimate moves in steps (down 0.005 a batch, up at least 0.05 on a worse batch, as
@@ -405,7 +329,7 @@ async def test_compressed_batches_approach_batch_size_on_the_wire(
     width = max(map(len, texts))
     values = [t.ljust(width) for t in texts] * 200  # 100,000 records, all one size
     async with Producer(bootstrap_servers=kafka_bootstrap, compression_type=codec,
-                        batch_size=batch_size) as producer:
+                        batch_size=batch_size, batch_max_size=batch_size) as producer:
         for i in range(0, len(values), 20_000):
             assert await (await producer.send_many(topic, values[i:i + 20_000])) == 20_000
     batches = dump_batches(log_dir, topic)
@@ -432,7 +356,8 @@ async def test_random_data_batches_stay_near_batch_size(
     rng = random.Random(5)
     recs = [Rec(rng.randbytes(8), rng.randbytes(rng.randint(200, 1500)), [], None, None)
             for _ in range(4000)]
-    metas = await produce(kafka_bootstrap, topic, recs, compression_type="gzip")
+    metas = await produce(kafka_bootstrap, topic, recs, compression_type="gzip",
+                          batch_max_size=16_384)
     counts = check_round_trip(kafka_bootstrap, topic, recs, metas)
     if log_dir is None:
         return

@@ -51,7 +51,7 @@ async def test_metrics_match_a_known_workload(kafka_bootstrap: str,
     assert n * size < m["byte-total"] < n * (size + 40) + m["request-total"] * 2 * 61
     batches = m["byte-total"] / m["batch-size-avg"]
     assert 2 <= batches <= n
-    assert m["batch-size-avg"] <= m["batch-size-max"] <= producer.config.batch_size
+    assert m["batch-size-avg"] <= m["batch-size-max"] <= producer.config.batch_max_size
     assert 1 <= m["records-per-request-avg"] <= n
     assert m["request-total"] >= 1
     # Rates are totals over the window, which here is the producer's life.

@@ -1,5 +1,6 @@
 """Per-record hot path: batches, record futures, the appender (compiled: records.pyx)."""
 
+import asyncio
 from collections.abc import Callable, Generator
 from typing import Any, final
 
@@ -87,6 +88,8 @@ class TopicRoute:
 class Appender:
     def __init__(self, hash_keys: bool, ignore_keys: bool = False,
                  max_payload: int = -1) -> None: ...
+    def bind(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        """Take records in :meth:`append` only on ``loop`` (None: take none)."""
     def route(self, topic: str) -> TopicRoute | None: ...
     def set_route(self, topic: str, num_partitions: int) -> TopicRoute: ...
     def append(self, topic: object, value: object, key: object = None, partition: object = None,

@@ -15,6 +15,7 @@ from cpython.bytes cimport PyBytes_GET_SIZE
 from cpython.dict cimport PyDict_GetItem
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.ref cimport PyObject
+from cpython.pythread cimport PyThread_get_thread_ident
 from libc.stdint cimport int32_t, int64_t
 from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 
@@ -124,8 +125,8 @@ cdef class RecordFuture:
     future is the batch's.
     """
 
-    def __cinit__(self, ProducerBatch batch, int32_t index, int64_t timestamp,
-                  int32_t key_size, int32_t value_size):
+    def __init__(self, ProducerBatch batch, int32_t index, int64_t timestamp,
+                 int32_t key_size, int32_t value_size):
         self.batch = batch
         self.index = index
         self.timestamp = timestamp
@@ -211,12 +212,24 @@ cdef class Appender:
     """Routes records to their partition's open batch (see the module docstring)."""
 
     def __init__(self, bint hash_keys, bint ignore_keys=False, Py_ssize_t max_payload=-1):
+        self.loop_is_running = None
+        self.thread_id = 0
         self.routes = {}
         self.hash_keys = hash_keys
         self.ignore_keys = ignore_keys
         # Records near max_request_size / buffer_memory get the exact size check (and
         # its typed error) in Python; -1: no bound here.
         self.max_payload = max_payload
+
+    def bind(self, object loop):
+        """Take records (in :meth:`append`) only on ``loop``, in the thread running it
+        now; ``None``: take none."""
+        if loop is None:
+            self.loop_is_running = None
+            self.thread_id = 0
+        else:
+            self.loop_is_running = loop.is_running
+            self.thread_id = PyThread_get_thread_ident()
 
     def route(self, str topic):
         """The topic's route, or None."""
@@ -234,7 +247,16 @@ cdef class Appender:
 
     def append(self, object topic, object value, object key=None, object partition=None,
                object timestamp_ms=None):
-        """A RecordFuture, or None when the Python path must take this record."""
+        """A RecordFuture, or None when the Python path must take this record.
+
+        Also None unless called on the bound loop: in its thread while it runs. (A
+        running loop owns its thread, so that is the running loop; this costs a
+        fraction of ``asyncio.get_running_loop()``, which makes a getpid() system
+        call each time.)
+        """
+        if PyThread_get_thread_ident() != self.thread_id or self.loop_is_running is None \
+                or not self.loop_is_running():
+            return None
         return self.fast_append(topic, value, key, partition, timestamp_ms)
 
     cdef object fast_append(self, object topic, object value, object key, object partition,
@@ -285,9 +307,13 @@ cdef class Appender:
         if index < 0:
             batch.full = True
             return None
-        return RecordFuture(batch, <int32_t>index, ts,
-                            -1 if key is None else <int32_t>PyBytes_GET_SIZE(key),
-                            -1 if value is None else <int32_t>PyBytes_GET_SIZE(value))
+        cdef RecordFuture fut = RecordFuture.__new__(RecordFuture)  # no argument parsing
+        fut.batch = batch
+        fut.index = <int32_t>index
+        fut.timestamp = ts
+        fut.key_size = -1 if key is None else <int32_t>PyBytes_GET_SIZE(key)
+        fut.value_size = -1 if value is None else <int32_t>PyBytes_GET_SIZE(value)
+        return fut
 
     def append_many(self, str topic, list values, object keys, Py_ssize_t start,
                     object partition, object timestamp_ms, list touched):

@@ -1,0 +1,169 @@
+"""Expandable batches (KIP-782's ``batch.max.size``): a partition whose batches fill up
+gets bigger ones, up to ``batch_max_size``; quiet partitions, memory pressure and
+``batch_max_size=batch_size`` keep Java's fixed ``batch_size``."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from delivery_util import decode, encode
+from kafka_util import consume_all
+from log_util import check_log_layout, dump_batches
+
+from aioproducer import ConfigError, Producer, ProducerConfig
+from aioproducer._native import ProducerBatch
+from aioproducer.accumulator import RecordAccumulator
+
+TOPIC = "t"
+
+
+def accumulator(batch_size: int = 16384, batch_max_size: int = 262144,
+                buffer_memory: int = 32 << 20) -> RecordAccumulator:
+    return RecordAccumulator(batch_size=batch_size, batch_max_size=batch_max_size,
+                             buffer_memory=buffer_memory, linger_ms=5, retry_backoff_ms=100,
+                             retry_backoff_max_ms=1000, delivery_timeout_ms=120_000)
+
+
+def take(acc: RecordAccumulator, tp: tuple[str, int], fill: float) -> tuple[int, ProducerBatch]:
+    """Open a batch for ``tp`` as the producer would, fill it to ``fill`` of its block
+    (1.0: until an append is refused), and let the accumulator see it taken."""
+    loop = asyncio.new_event_loop()
+    try:
+        block = acc.pool.try_allocate(acc.block_size_for(100, tp))
+        assert block is not None
+        batch = acc.new_batch(tp, block, loop)
+        capacity = block.capacity
+        while batch.builder.size_in_bytes < fill * capacity:
+            if batch.builder.append(1, None, b"x" * 100) < 0:
+                batch.full = True
+                break
+        acc.batch_taken(batch)
+        return capacity, batch
+    finally:
+        loop.close()
+
+
+def release(acc: RecordAccumulator, batch: ProducerBatch) -> None:
+    acc.batches[batch.tp].remove(batch)
+    acc.complete(batch, 0, -1, None)
+
+
+def test_full_batches_double_the_next_up_to_the_max_and_partial_ones_halve_it() -> None:
+    acc = accumulator()
+    tp = (TOPIC, 0)
+    sizes = []
+    for _ in range(7):
+        capacity, batch = take(acc, tp, 1.0)
+        sizes.append(capacity)
+        release(acc, batch)
+    assert sizes == [16384, 32768, 65536, 131072, 262144, 262144, 262144]
+    sizes = []
+    for _ in range(6):  # linger passes with the batch less than half full
+        capacity, batch = take(acc, tp, 0.1)
+        sizes.append(capacity)
+        release(acc, batch)
+    assert sizes == [262144, 131072, 65536, 32768, 16384, 16384]
+    assert tp not in acc.batch_targets
+    # Another partition of the same topic is sized on its own.
+    capacity, batch = take(acc, (TOPIC, 1), 1.0)
+    assert capacity == 16384
+
+
+def test_half_full_batches_keep_their_size() -> None:
+    acc = accumulator()
+    tp = (TOPIC, 0)
+    for _ in range(3):
+        _, batch = take(acc, tp, 1.0)
+        release(acc, batch)
+    assert acc.batch_targets[tp] == 131072
+    for _ in range(3):
+        _, batch = take(acc, tp, 0.6)
+        release(acc, batch)
+    assert acc.batch_targets[tp] == 131072
+
+
+def test_no_growth_under_memory_pressure() -> None:
+    """With less than half of buffer_memory free, a full batch does not grow the next:
+    many busy partitions then share the memory in batch_size blocks."""
+    acc = accumulator(buffer_memory=1 << 20)
+    tp = (TOPIC, 0)
+    held = [acc.pool.try_allocate(16384) for _ in range(33)]  # 528 KiB of 1 MiB in use
+    _, batch = take(acc, tp, 1.0)
+    assert tp not in acc.batch_targets
+    release(acc, batch)
+    for block in held:
+        assert block is not None
+        acc.pool.release(block)
+    _, batch = take(acc, tp, 1.0)
+    assert acc.batch_targets[tp] == 32768
+
+
+def test_batch_max_size_equal_to_batch_size_is_javas_fixed_size() -> None:
+    acc = accumulator(batch_max_size=16384)
+    for _ in range(4):
+        capacity, batch = take(acc, (TOPIC, 0), 1.0)
+        assert capacity == 16384
+        release(acc, batch)
+
+
+def test_batch_max_size_option() -> None:
+    c = ProducerConfig.from_options({"batch.max.size": 65536})
+    assert c.batch_max_size == 65536
+    assert ProducerConfig.from_options().batch_max_size == 262144
+    assert ProducerConfig.from_options(batch_size=1 << 20,
+                                       max_request_size=2 << 20).batch_max_size == 1 << 20
+    assert ProducerConfig.from_options(max_request_size=100_000).batch_max_size == 100_000
+    for bad in (1000, 2 << 20, "big", True):
+        with pytest.raises(ConfigError, match="batch_max_size"):
+            ProducerConfig.from_options(batch_max_size=bad)
+    # A batch takes at most a quarter of buffer_memory.
+    assert accumulator(buffer_memory=256 << 10).batch_max_size == 64 << 10
+
+
+@pytest.mark.asyncio
+async def test_a_busy_partition_gets_bigger_batches_on_the_wire(
+        kafka_bootstrap: str, topic_factory: Any, log_dir: Path | None) -> None:
+    """A fast stream of send()s to one partition: its batches on the broker grow past
+    batch_size (DumpLogSegments), never past batch_max_size, and every record is
+    read back in order by confluent-kafka; fewer Produce requests carry them."""
+    topic = topic_factory(partitions=1)
+    n = 100_000
+    async with Producer(bootstrap_servers=kafka_bootstrap, acks=1) as producer:
+        futs = [await producer.send(topic, encode(i, 100)) for i in range(n)]
+        await producer.flush()
+        metas = [await f for f in futs[::1000]]
+        m = producer.metrics()
+    assert m["batch-size-max"] > 16384
+    assert m["batch-size-max"] <= producer.config.batch_max_size
+    print(f"\nbatch-size-avg {m['batch-size-avg']:,.0f}, max {m['batch-size-max']:,.0f}, "
+          f"{m['request-total']:.0f} requests for {n:,} records")
+    assert m["request-total"] < n * 120 / 16384 / 2  # under half the requests of 16 KiB
+    got = consume_all(kafka_bootstrap, topic, n)
+    assert [decode(r.value) for r in got] == list(range(n))
+    assert [(r.partition, r.offset) for r in got[::1000]] == [
+        (md.partition, md.offset) for md in metas]
+    if log_dir is not None:
+        batches = dump_batches(log_dir, topic)
+        check_log_layout(batches, {0: n})
+        assert max(b.size for b in batches) <= producer.config.batch_max_size
+        assert sum(b.size > 2 * 16384 for b in batches) >= len(batches) // 2
+
+
+@pytest.mark.asyncio
+async def test_fixed_batches_with_batch_max_size_equal_to_batch_size(
+        kafka_bootstrap: str, topic_factory: Any, log_dir: Path | None) -> None:
+    topic = topic_factory(partitions=1)
+    n = 30_000
+    async with Producer(bootstrap_servers=kafka_bootstrap, acks=1,
+                        batch_max_size=16384) as producer:
+        for i in range(n):
+            await producer.send(topic, encode(i, 100))
+        await producer.flush()
+        m = producer.metrics()
+    assert m["batch-size-max"] <= 16384
+    assert len(consume_all(kafka_bootstrap, topic, n)) == n
+    if log_dir is not None:
+        assert max(b.size for b in dump_batches(log_dir, topic)) <= 16384
