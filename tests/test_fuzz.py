@@ -136,7 +136,9 @@ async def test_malformed_produce_response_is_retried(kafka_bootstrap: str,
     print(f"\n{corrupt.__name__}: {corrupted} responses corrupted, {connections} "
           f"connections: {outcome.line()}")
     assert corrupted == 2, "the fault was not injected: the test proved nothing"
-    assert connections >= 1 + corrupted  # one more for every response refused
+    # At least one new connection (two corrupted responses pipelined on one
+    # connection close it once).
+    assert connections >= 2
     assert outcome.failed == 0 and outcome.lost == 0 and outcome.duplicated == 0
     assert outcome.out_of_order == 0
     where = {decode(m.value): (m.partition, m.offset) for m in consumed}
