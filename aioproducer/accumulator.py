@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sized
 from dataclasses import dataclass, field
 
 from ._native import BATCH_HEADER_SIZE, Block, BufferPool, ProducerBatch
@@ -40,6 +40,24 @@ def _codec_slack(size: int) -> int:
     return 64 + size // 512
 
 
+def _held(tp: TopicPartition, batch: ProducerBatch, dq: Sized,
+          flying: Mapping[TopicPartition, Sized] | None) -> bool:
+    """Whether ``batch`` (the head of ``tp``'s deque) waits for the partition's request
+    in flight: it is the only batch queued and not full.
+
+    Like Nagle's algorithm: a partial batch sent while the previous one is still on
+    its way would be one more request for the broker to queue behind it, and it
+    would not arrive sooner. Held back, it gathers the records that come in
+    meanwhile and goes out when the response arrives, so that under load (above all
+    with ``linger_ms=0``) requests carry several records instead of one each, and
+    the latency stops growing with the request rate. Full batches are never held,
+    so throughput and pipelining (``max_in_flight_requests_per_connection``) are as
+    before.
+    """
+    return (flying is not None and not batch.full and batch.attempts == 0
+            and len(dq) == 1 and bool(flying.get(tp)))
+
+
 class RecordAccumulator:
     """Holds batches until the Sender takes them (``batch.size``, ``linger.ms``)."""
 
@@ -58,6 +76,12 @@ class RecordAccumulator:
         # KIP-782: the batch size (on the wire) for a partition's next batch, where it
         # differs from batch_size; see batch_taken().
         self.batch_targets: dict[TopicPartition, int] = {}
+        # Per topic, how large its batches may grow (set_growth_cap); batch_size while
+        # the topic's max.message.bytes is being asked for.
+        self.growth_caps: dict[str, int] = {}
+        self.on_growth_cap_needed: Callable[[str], None] | None = None
+        """Called once per topic whose batches would grow: look up the topic's
+        ``max.message.bytes`` and call :meth:`set_growth_cap`."""
         self.codec = codec
         self.compressor = compressor
         self.ratios = CompressionRatioEstimator()
@@ -122,6 +146,22 @@ class RecordAccumulator:
             size = max(size, limit + _codec_slack(limit))
         return size
 
+    def learn_growth_cap(self, topic: str) -> None:
+        """Ask (once) for ``topic``'s limit; its batches keep batch_size until known.
+        ``send()`` calls this on a topic's first use, so that the answer is usually
+        there before its first batch fills up."""
+        if topic not in self.growth_caps and self.on_growth_cap_needed is not None:
+            self.growth_caps[topic] = self.batch_size
+            self.on_growth_cap_needed(topic)
+
+    def set_growth_cap(self, topic: str, max_message_bytes: int) -> None:
+        """Let ``topic``'s batches grow to half of its ``max.message.bytes`` at most
+        (and ``batch_max_size``): the broker refuses a bigger batch whole
+        (MESSAGE_TOO_LARGE), and a compressed batch may come out somewhat larger than
+        its estimate."""
+        self.growth_caps[topic] = max(self.batch_size,
+                                      min(self.batch_max_size, max_message_bytes // 2))
+
     def _compressed_limit(self, tp: TopicPartition) -> int:
         target = self.batch_targets.get(tp, self.batch_size)
         budget = self.ratios.records_budget(tp[0], target, BATCH_HEADER_SIZE)
@@ -132,7 +172,9 @@ class RecordAccumulator:
 
         A batch that filled up before the Sender took it means records arrive faster
         than batches go out: the partition's next batch is twice as large, up to
-        ``batch_max_size``, while at least half of ``buffer_memory`` is free (under
+        ``batch_max_size`` and half the topic's ``max.message.bytes`` (asked of the
+        broker the first time; no growth until it is known, or if it cannot be
+        known), while at least half of ``buffer_memory`` is free (under
         memory pressure batches stay small, so that many partitions can share it). A
         batch taken less than half full (``linger_ms`` passed first) halves the target
         again, down to ``batch_size``. Bigger batches mean fewer Produce requests for
@@ -141,9 +183,11 @@ class RecordAccumulator:
         tp = batch.tp
         target = self.batch_targets.get(tp, self.batch_size)
         if batch.full:
-            if target < self.batch_max_size and \
-                    self.pool.available_memory * 2 >= self.pool.total_memory:
-                self.batch_targets[tp] = min(target * 2, self.batch_max_size)
+            cap = self.growth_caps.get(tp[0])
+            if cap is None:
+                self.learn_growth_cap(tp[0])
+            elif target < cap and self.pool.available_memory * 2 >= self.pool.total_memory:
+                self.batch_targets[tp] = min(target * 2, cap)
         elif target > self.batch_size and batch.builder.size_in_bytes * 2 < target:
             target //= 2
             if target <= self.batch_size:
@@ -239,6 +283,7 @@ class RecordAccumulator:
         self.incomplete.discard(batch)
         if not batch.result.done():  # (only ever done here; a user cannot reach it)
             batch.result.set_result(None)
+            batch.wake_waiters()
 
     def deallocate(self, batch: ProducerBatch) -> None:
         block = batch.block
@@ -254,8 +299,14 @@ class RecordAccumulator:
         heads = [dq[0].created for dq in self.batches.values() if dq]
         return min(heads) if heads else None
 
-    def ready(self, cluster: Cluster, now: float, muted: set[TopicPartition]) -> ReadyResult:
-        """Leaders that have at least one sendable batch, and when to look again."""
+    def ready(self, cluster: Cluster, now: float, muted: set[TopicPartition],
+              flying: Mapping[TopicPartition, Sized] | None = None) -> ReadyResult:
+        """Leaders that have at least one sendable batch, and when to look again.
+
+        ``flying``: the partitions' batches in flight. A partition's only queued batch,
+        not full, waits while the partition has a request in flight (see
+        :func:`_held`); the response wakes the Sender.
+        """
         res = ReadyResult()
         exhausted = bool(self._waiters)
         send_now = exhausted or self.closing or self.flushes_in_progress > 0
@@ -274,14 +325,16 @@ class RecordAccumulator:
                 continue
             waited = now - batch.created
             if send_now or batch.full or len(dq) > 1 or waited >= self.linger:
-                res.nodes.add(leader)
+                if not _held(tp, batch, dq, flying):
+                    res.nodes.add(leader)
             else:
                 res.next_check = min(res.next_check, self.linger - waited)
         return res
 
     def drain(self, cluster: Cluster, nodes: Iterable[int], max_request_size: int,
               now: float, muted: set[TopicPartition],
-              may_send: Callable[[ProducerBatch], bool] | None = None
+              may_send: Callable[[ProducerBatch], bool] | None = None,
+              flying: Mapping[TopicPartition, Sized] | None = None,
               ) -> dict[int, list[ProducerBatch]]:
         """Take sendable batches per node, up to ``max_request_size`` each, fairly.
 
@@ -309,7 +362,7 @@ class RecordAccumulator:
                 batch = dq[0]
                 if batch.attempts > 0 and now < batch.next_attempt:
                     continue
-                if batch.record_count == 0:
+                if batch.record_count == 0 or _held(tp, batch, dq, flying):
                     continue
                 if may_send is not None and not may_send(batch):
                     continue

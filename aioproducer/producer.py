@@ -296,6 +296,7 @@ class Producer:
             info = await self._metadata.wait_for_topic(topic, self._max_block_s)
             if self._state != _RUNNING:
                 self._raise_not_running()
+            self._accumulator.learn_growth_cap(topic)
         part = self._partitioner.partition(topic, key, partition, info)
         acc = self._accumulator
         tp = (topic, part)
@@ -399,6 +400,12 @@ class Producer:
                 # linger_ms=0: the batch is sendable now; one Sender pass here writes it
                 # without waiting for the Sender task's next turn of the loop.
                 sender.run_once(time.monotonic())
+                if batch.full:
+                    # Drained and written: nothing for the Sender to do, and no turn
+                    # of the loop to give (each costs an epoll system call). A tight
+                    # loop of sends still yields once max_in_flight requests are out
+                    # and a batch stays queued.
+                    return batch, index
             sender.wakeup()
             # Let the Sender (and the network) run once per new batch: a tight loop of
             # sends never yields otherwise, and batches would pile up until the pool is

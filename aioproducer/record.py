@@ -34,8 +34,9 @@ class SendManyResult:
 
     def __await__(self) -> Generator[Any, None, int]:
         for batch in self._batches:
-            if not batch.result.done():
-                yield from batch.result
+            waiter = batch.waiter()  # private: a cancelled awaiter cancels only it
+            if waiter is not None:
+                yield from waiter
         for batch in self._batches:
             if batch.error is not None:
                 raise batch.error

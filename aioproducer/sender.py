@@ -100,6 +100,9 @@ class Sender:
         self._latency_ms = 0.0
         client.on_ready_change = self.wakeup
         metadata.on_update_request = self.wakeup
+        if accumulator.batch_max_size > accumulator.batch_size:
+            accumulator.on_growth_cap_needed = lambda topic: self.spawn(
+                self._learn_growth_cap(topic))
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -197,7 +200,7 @@ class Sender:
 
         cluster = self.metadata.cluster
         muted = self._muted()
-        res = self.acc.ready(cluster, now, muted)
+        res = self.acc.ready(cluster, now, muted, self.in_flight)
         if res.unknown_leaders:
             self.metadata.request_update()
         sendable = []
@@ -213,7 +216,8 @@ class Sender:
                 delay = min(delay, self.reconnect_backoff)
         if sendable:
             drained = self.acc.drain(cluster, sendable, self.config.max_request_size, now,
-                                     muted, self._may_send if self.pid else None)
+                                     muted, self._may_send if self.pid else None,
+                                     self.in_flight)
             for node, batches in drained.items():
                 self._send_produce(node, batches, cluster, now)
         if txn is not None:
@@ -303,15 +307,14 @@ class Sender:
         try:
             fut = conn.send_raw(_PRODUCE, version, body, flexible=True,
                                 expect_response=self.acks != 0,
-                                decode=partial(decode_produce_response, version))
+                                decode=partial(decode_produce_response, version),
+                                callback=partial(self._on_produce_future, node, version,
+                                                 batches, time.monotonic()))
         except Exception as exc:  # connection died under us
             self._on_produce_done(node, version, batches, exc, None)
             return
         if fut is None:  # acks=0: nothing comes back; done once written
             self._on_produce_done(node, version, batches, None, None)
-            return
-        fut.add_done_callback(partial(self._on_produce_future, node, version, batches,
-                                      time.monotonic()))
 
     def _close_batch(self, b: ProducerBatch) -> None:
         pid = self.pid
@@ -394,7 +397,13 @@ class Sender:
                     msg = p.error_message or None
                     self._retry_or_fail(b, for_code(code, msg), now)
         finally:
-            self.wakeup()
+            # The Sender has work if batches are queued (held back behind this
+            # request, or retried), or if it waits for something to finish. Waking it
+            # for nothing costs a turn of the loop and a timer per response.
+            if exc is not None or self.acc.closing or self.txn is not None \
+                    or (self.pid is not None and self.pid.bump_needed) \
+                    or any(self.acc.batches.values()):
+                self.wakeup()
 
     def _retry_or_fail(self, b: ProducerBatch, exc: BaseException, now: float) -> None:
         txn = self.txn
@@ -490,6 +499,21 @@ class Sender:
             md.refresh_failed(time.monotonic(), exc)
         finally:
             self.wakeup()
+
+    async def _learn_growth_cap(self, topic: str) -> None:
+        """How large the topic's batches may grow: from its ``max.message.bytes``.
+        Without it (no DESCRIBE_CONFIGS permission, an old broker) they keep
+        ``batch_size``."""
+        try:
+            limit = await self.client.topic_max_message_bytes(
+                topic, self.request_timeout_ms / 1000.0)
+        except Exception as exc:
+            log.debug("batches of %s keep batch_size: its max.message.bytes is not known "
+                      "(%s)", topic, exc)
+            return
+        self.acc.set_growth_cap(topic, limit)
+        log.debug("batches of %s may grow to %d bytes (max.message.bytes=%d)", topic,
+                  self.acc.growth_caps[topic], limit)
 
     async def _init_producer_id(self) -> None:
         assert self.pid is not None

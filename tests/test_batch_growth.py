@@ -21,10 +21,14 @@ TOPIC = "t"
 
 
 def accumulator(batch_size: int = 16384, batch_max_size: int = 262144,
-                buffer_memory: int = 32 << 20) -> RecordAccumulator:
-    return RecordAccumulator(batch_size=batch_size, batch_max_size=batch_max_size,
-                             buffer_memory=buffer_memory, linger_ms=5, retry_backoff_ms=100,
-                             retry_backoff_max_ms=1000, delivery_timeout_ms=120_000)
+                buffer_memory: int = 32 << 20,
+                max_message_bytes: int | None = 1048588) -> RecordAccumulator:
+    acc = RecordAccumulator(batch_size=batch_size, batch_max_size=batch_max_size,
+                            buffer_memory=buffer_memory, linger_ms=5, retry_backoff_ms=100,
+                            retry_backoff_max_ms=1000, delivery_timeout_ms=120_000)
+    if max_message_bytes is not None:  # as the Sender learns it from the broker
+        acc.set_growth_cap(TOPIC, max_message_bytes)
+    return acc
 
 
 def take(acc: RecordAccumulator, tp: tuple[str, int], fill: float) -> tuple[int, ProducerBatch]:
@@ -70,6 +74,31 @@ def test_full_batches_double_the_next_up_to_the_max_and_partial_ones_halve_it() 
     # Another partition of the same topic is sized on its own.
     capacity, batch = take(acc, (TOPIC, 1), 1.0)
     assert capacity == 16384
+
+
+def test_growth_waits_for_the_topics_limit_and_stays_under_half_of_it() -> None:
+    """The first full batch of a topic asks (once) for its max.message.bytes and does
+    not grow; then batches grow to half of that limit at most."""
+    acc = accumulator(max_message_bytes=None)
+    asked: list[str] = []
+    acc.on_growth_cap_needed = asked.append
+    tp = (TOPIC, 0)
+    sizes = []
+    for _ in range(2):
+        capacity, batch = take(acc, tp, 1.0)
+        sizes.append(capacity)
+        release(acc, batch)
+    assert asked == [TOPIC] and sizes == [16384, 16384]
+    acc.set_growth_cap(TOPIC, 100_000)  # the answer: a topic that takes 100,000 bytes
+    sizes = []
+    for _ in range(4):
+        capacity, batch = take(acc, tp, 1.0)
+        sizes.append(capacity)
+        release(acc, batch)
+    assert sizes == [16384, 32768, 50_000, 50_000]
+    assert asked == [TOPIC]
+    acc.set_growth_cap("small", 20_000)  # under 2 x batch_size: never grows
+    assert acc.growth_caps["small"] == 16384
 
 
 def test_half_full_batches_keep_their_size() -> None:
@@ -132,7 +161,13 @@ async def test_a_busy_partition_gets_bigger_batches_on_the_wire(
     topic = topic_factory(partitions=1)
     n = 100_000
     async with Producer(bootstrap_servers=kafka_bootstrap, acks=1) as producer:
-        futs = [await producer.send(topic, encode(i, 100)) for i in range(n)]
+        futs = []
+        for i in range(n):
+            futs.append(await producer.send(topic, encode(i, 100)))
+            if i % 20_000 == 19_999:
+                # A sustained stream rather than one burst that is all buffered
+                # (in 16 KiB batches) before the first one is sent.
+                await futs[-20_000]
         await producer.flush()
         metas = [await f for f in futs[::1000]]
         m = producer.metrics()
@@ -149,7 +184,31 @@ async def test_a_busy_partition_gets_bigger_batches_on_the_wire(
         batches = dump_batches(log_dir, topic)
         check_log_layout(batches, {0: n})
         assert max(b.size for b in batches) <= producer.config.batch_max_size
-        assert sum(b.size > 2 * 16384 for b in batches) >= len(batches) // 2
+        # Most of the bytes went in batches of more than twice batch_size (the first
+        # 20,000 records, buffered at once, are in 16 KiB batches).
+        assert sum(b.size for b in batches if b.size > 2 * 16384) > \
+            sum(b.size for b in batches) // 2
+
+
+@pytest.mark.asyncio
+async def test_batches_stay_under_half_of_the_topics_max_message_bytes(
+        kafka_bootstrap: str, topic_factory: Any, log_dir: Path | None) -> None:
+    """A topic that takes 60,000-byte batches at most: the producer learns it
+    (DescribeConfigs) and its batches grow to 30,000 bytes, none refused."""
+    topic = topic_factory(partitions=1, config={"max.message.bytes": "60000"})
+    n = 50_000
+    async with Producer(bootstrap_servers=kafka_bootstrap, acks=1) as producer:
+        futs = [await producer.send(topic, encode(i, 100)) for i in range(n)]
+        await producer.flush()
+        failed = [f for f in futs[::100] if f.exception() is not None]
+        m = producer.metrics()
+        cap = producer._accumulator.growth_caps.get(topic)
+    assert not failed and m["record-error-total"] == 0
+    assert cap == 30_000
+    assert 16384 < m["batch-size-max"] <= 30_000
+    assert len(consume_all(kafka_bootstrap, topic, n)) == n
+    if log_dir is not None:
+        assert max(b.size for b in dump_batches(log_dir, topic)) <= 30_000
 
 
 @pytest.mark.asyncio

@@ -78,13 +78,15 @@ async def test_cancelled_send_waiting_for_memory_leaks_nothing(kafka_bootstrap: 
     memory = 64 * 1024
     async with ProxyCluster.start(kafka_bootstrap) as proxies, \
             Producer(bootstrap_servers=proxies.bootstrap, buffer_memory=memory,
-                     max_request_size=memory, linger_ms=0, request_timeout_ms=5000) as producer:
+                     max_request_size=memory, linger_ms=0, request_timeout_ms=5000,
+                     batch_max_size=16384) as producer:
         await producer.send_and_wait(topic, b"warm-up")
         proxies.blackhole(True)
-        held = [await producer.send(topic, b"x" * 1000) for _ in range(memory // 16384)]
+        # Records that fill a 16 KiB batch each: one block per send.
+        held = [await producer.send(topic, b"x" * 16000) for _ in range(memory // 16384)]
         pool = producer._accumulator.pool
         assert pool.available_memory == 0
-        blocked = asyncio.create_task(producer.send(topic, b"blocked"))
+        blocked = asyncio.create_task(producer.send(topic, b"b" * 16000))
         await asyncio.sleep(0.2)
         assert not blocked.done() and producer._accumulator.memory_waiters == 1
         blocked.cancel()
@@ -99,7 +101,7 @@ async def test_cancelled_send_waiting_for_memory_leaks_nothing(kafka_bootstrap: 
         # The producer still works, and the cancelled record was never half-appended.
         await producer.send_and_wait(topic, b"after")
     got = consume_all(kafka_bootstrap, topic, len(held) + 2)
-    assert [m.value for m in got] == [b"warm-up"] + [b"x" * 1000] * len(held) + [b"after"]
+    assert [m.value for m in got] == [b"warm-up"] + [b"x" * 16000] * len(held) + [b"after"]
 
 
 @pytest.mark.asyncio

@@ -25,6 +25,7 @@ cdef class ProducerBatch:
     cdef public int64_t producer_id    # idempotence: producer id the batch was sent with
     cdef public int producer_epoch     # and epoch
     cdef public int32_t base_sequence  # and first sequence; -1 until assigned
+    cdef public list waiters           # private futures of awaiting records, or None
 
 
 cdef class RecordMetadata:

@@ -52,7 +52,12 @@ class ProducerBatch:
     producer_id: int
     producer_epoch: int
     base_sequence: int
+    waiters: list[asyncio.Future[None]] | None
     def __init__(self, tp: tuple[str, int], block: Block, result: Any, now: float) -> None: ...
+    def waiter(self) -> asyncio.Future[None] | None:
+        """A private future resolved when the batch completes (None if it is done)."""
+    def wake_waiters(self) -> None:
+        """Resolve every waiter (right after ``result`` is set)."""
     @property
     def record_count(self) -> int: ...
     @property

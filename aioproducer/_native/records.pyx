@@ -86,6 +86,32 @@ cdef class ProducerBatch:
         self.producer_id = -1
         self.producer_epoch = -1
         self.base_sequence = -1
+        self.waiters = None
+
+    def waiter(self):
+        """A new future that :meth:`wake_waiters` resolves when the batch completes
+        (None if it is done). Awaiting a private future, a cancelled task cancels only
+        its own, never the batch's ``result`` that all of its records share."""
+        if self.result.done():
+            return None
+        w = self.result.get_loop().create_future()
+        if self.waiters is None:
+            self.waiters = [w]
+        else:
+            self.waiters.append(w)
+        return w
+
+    def wake_waiters(self):
+        """Resolve every waiter now (called right after ``result`` is set): the
+        awaiting tasks resume one loop iteration sooner than through a done-callback
+        of ``result``."""
+        cdef list waiters = self.waiters
+        if waiters is None:
+            return
+        self.waiters = None
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
 
     @property
     def record_count(self):
@@ -98,19 +124,6 @@ cdef class ProducerBatch:
     def __repr__(self):
         return (f"<ProducerBatch {self.topic}-{self.partition} records={self.builder.count} "
                 f"attempts={self.attempts} seq={self.base_sequence}>")
-
-
-@cython.final
-cdef class _Wake:
-    """Done-callback of a batch future: resolves one awaiting record's waiter."""
-    cdef object waiter
-
-    def __cinit__(self, waiter):
-        self.waiter = waiter
-
-    def __call__(self, _fut):
-        if not self.waiter.done():
-            self.waiter.set_result(None)
 
 
 # It refers only to its batch. A cycle through it (a done-callback that captures it,
@@ -134,12 +147,8 @@ cdef class RecordFuture:
         self.value_size = value_size
 
     def __await__(self):
-        fut = self.batch.result
-        if not fut.done():
-            # Wait on a private future: cancelling the awaiting task then cancels only
-            # this waiter, never the batch's future that every record of it shares.
-            waiter = fut.get_loop().create_future()
-            fut.add_done_callback(_Wake(waiter))
+        waiter = self.batch.waiter()
+        if waiter is not None:
             yield from waiter
         return self.result()
 

@@ -43,7 +43,7 @@ import kio.schema.metadata.v12.response as _m12
 from kio.index import load_payload_module
 from kio.schema.errors import ErrorCode
 from kio.static.constants import EntityType
-from kio.static.primitive import i16, i32, i32Timedelta
+from kio.static.primitive import i8, i16, i32, i32Timedelta
 
 from ..errors import (
     AuthenticationError,
@@ -87,6 +87,9 @@ _METADATA_TYPES: dict[int, type[MetadataResponse]] = {
 METADATA_KEY: Final = 3
 CREATE_TOPICS_KEY: Final = 19
 DELETE_TOPICS_KEY: Final = 20
+DESCRIBE_CONFIGS_KEY: Final = 32
+_DESCRIBE_CONFIGS_VERSIONS: Final = (1, 4)
+_TOPIC_RESOURCE: Final = 2
 _METADATA_VERSIONS: Final = (1, 12)
 _CREATE_TOPICS_VERSIONS: Final = (2, 7)
 _DELETE_TOPICS_VERSIONS: Final = (1, 6)
@@ -473,6 +476,38 @@ class KafkaClient:
                                (f": {msg}" if msg else ""))
 
         await self.on_any_node(op, timeout_s + _ADMIN_SLACK_S, "create topics")
+
+    async def topic_max_message_bytes(self, topic: str, timeout_s: float) -> int:
+        """The topic's ``max.message.bytes`` as the broker applies it (the topic's own
+        setting, else the broker's ``message.max.bytes``), from DescribeConfigs.
+
+        Raises the typed error of a refusal (e.g. :class:`TopicAuthorizationError`
+        without DESCRIBE_CONFIGS on the topic), :class:`ProtocolError` if the broker
+        leaves the value out.
+        """
+        async def op(node: int, remaining: float) -> int:
+            conn = await self.connect(node, remaining)
+            version = conn.version_for(DESCRIBE_CONFIGS_KEY, *_DESCRIBE_CONFIGS_VERSIONS)
+            mod = _kio_module(DESCRIBE_CONFIGS_KEY, version, EntityType.request)
+            req = _build(mod.DescribeConfigsRequest, include_synonyms=False,
+                         include_documentation=False, resources=(_build(
+                             mod.DescribeConfigsResource, resource_type=i8(_TOPIC_RESOURCE),
+                             resource_name=topic, configuration_keys=("max.message.bytes",)),))
+            resp: Any = await conn.request(req, timeout_ms=int(remaining * 1000))
+            for result in resp.results:
+                code = int(result.error_code)
+                if code:
+                    raise for_code(code, f"cannot describe the configuration of topic "
+                                         f"{topic!r}: {result.error_message or ''}".rstrip(": "))
+                for entry in result.configs:
+                    if entry.name == "max.message.bytes" and entry.value:
+                        try:
+                            return int(entry.value)
+                        except ValueError:
+                            break
+            raise ProtocolError(f"DescribeConfigs gave no max.message.bytes for {topic!r}")
+
+        return await self.on_any_node(op, timeout_s, "describe topic configuration")
 
     async def delete_topics(self, names: Sequence[str], timeout_s: float, *,
                             missing_ok: bool = False) -> None:

@@ -127,13 +127,14 @@ def _consume_exception(fut: asyncio.Future[Any]) -> None:
 
 
 class _InFlight:
-    __slots__ = ("api_key", "api_version", "correlation_id", "deadline", "decode",
-                 "flexible_header", "future", "timeout_ms")
+    __slots__ = ("api_key", "api_version", "callback", "correlation_id", "deadline",
+                 "decode", "flexible_header", "future", "timeout_ms")
 
     def __init__(self, correlation_id: int, api_key: int, api_version: int,
                  flexible_header: bool, future: asyncio.Future[Any],
                  deadline: float, timeout_ms: int,
-                 decode: Callable[[memoryview], Any] | None) -> None:
+                 decode: Callable[[memoryview], Any] | None,
+                 callback: Callable[[asyncio.Future[Any]], None] | None) -> None:
         self.correlation_id = correlation_id
         self.api_key = api_key
         self.api_version = api_version
@@ -142,6 +143,7 @@ class _InFlight:
         self.deadline = deadline
         self.timeout_ms = timeout_ms
         self.decode = decode
+        self.callback = callback
 
 
 class BrokerConnection(asyncio.Protocol):
@@ -342,18 +344,23 @@ class BrokerConnection(asyncio.Protocol):
     def send_raw(self, api_key: int, api_version: int,
                  body_parts: Sequence[bytes | bytearray | memoryview], *, flexible: bool,
                  expect_response: bool, timeout_ms: int | None = None,
-                 decode: None = None) -> asyncio.Future[memoryview] | None: ...
+                 decode: None = None,
+                 callback: Callable[[asyncio.Future[memoryview]], None] | None = None,
+                 ) -> asyncio.Future[memoryview] | None: ...
 
     @overload
     def send_raw(self, api_key: int, api_version: int,
                  body_parts: Sequence[bytes | bytearray | memoryview], *, flexible: bool,
                  expect_response: bool, timeout_ms: int | None = None,
-                 decode: Callable[[memoryview], T]) -> asyncio.Future[T] | None: ...
+                 decode: Callable[[memoryview], T],
+                 callback: Callable[[asyncio.Future[T]], None] | None = None,
+                 ) -> asyncio.Future[T] | None: ...
 
     def send_raw(self, api_key: int, api_version: int,
                  body_parts: Sequence[bytes | bytearray | memoryview], *, flexible: bool,
                  expect_response: bool, timeout_ms: int | None = None,
                  decode: Callable[[memoryview], Any] | None = None,
+                 callback: Callable[[asyncio.Future[Any]], None] | None = None,
                  ) -> asyncio.Future[Any] | None:
         """Write one request whose body is already encoded; zero copy.
 
@@ -374,6 +381,10 @@ class BrokerConnection(asyncio.Protocol):
         sent bytes that are not the response: the future fails with
         :class:`ProtocolError`, and the connection closes (the other requests in flight
         fail with :class:`KafkaConnectionError`), as for any framing error.
+
+        ``callback(future)`` is called once the future is done: right away, in the
+        same turn of the loop, when the response arrives (a done-callback of the
+        future would run one loop iteration later), and soon after a failure.
 
         Raises :class:`KafkaConnectionError` if the connection is closed.
         """
@@ -404,7 +415,7 @@ class BrokerConnection(asyncio.Protocol):
         deadline = loop.time() + timeout / 1000.0
         self._in_flight.append(_InFlight(cid, api_key, api_version,
                                          flexible and api_key != API_VERSIONS_KEY, fut,
-                                         deadline, timeout, decode))
+                                         deadline, timeout, decode, callback))
         if self._timer is None or deadline < self._timer_when:
             self._arm_timer(deadline)
         return fut
@@ -656,16 +667,17 @@ class BrokerConnection(asyncio.Protocol):
                 "was expected")
             return
         offset = 4
-        if head.flexible_header:
+        if head.flexible_header and len(frame) > 4 and frame[4] == 0:
+            offset = 5  # no tagged fields, the usual case
+        elif head.flexible_header:
             try:
                 offset = _skip_tagged_fields(frame, offset)
             except ProtocolError as exc:
                 self._protocol_error(f"bad response header from {self}: {exc}")
                 return
         self._in_flight.popleft()
-        if not self._in_flight and self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        # The request timer is left to run out when nothing is in flight (it then
+        # stops): cancelling and re-arming it for every request costs more.
         fut = head.future
         decode = head.decode
         if decode is None:
@@ -680,10 +692,14 @@ class BrokerConnection(asyncio.Protocol):
                 error = ProtocolError(message)
                 if not fut.done():
                     fut.set_exception(error)
+                if head.callback is not None:
+                    head.callback(fut)
                 self._shutdown(f"protocol error: {message}", error)
                 return
         if not fut.done():
             fut.set_result(result)
+        if head.callback is not None:
+            head.callback(fut)
         if self._reauth_due and not self._in_flight:
             self._maybe_reauth()
 
@@ -755,6 +771,8 @@ class BrokerConnection(asyncio.Protocol):
         for p in pending:
             if p.future.done():
                 continue
+            if p.callback is not None and self._loop is not None:
+                self._loop.call_soon(p.callback, p.future)
             if p is special and special_error is not None:
                 p.future.set_exception(special_error)
             elif isinstance(cause, ssl.SSLError):
