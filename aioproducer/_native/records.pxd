@@ -52,8 +52,7 @@ cdef class TopicRoute:
 
 
 cdef class Appender:
-    cdef object loop_is_running        # the bound loop's is_running, None when unbound
-    cdef unsigned long thread_id       # the thread the bound loop runs in
+    cdef object loop                   # the bound event loop, None when unbound
     cdef dict routes                   # topic -> TopicRoute
     cdef bint hash_keys                # murmur2 keyed records here (else: Python path)
     cdef bint ignore_keys              # keyed records are spread like keyless ones

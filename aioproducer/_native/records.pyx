@@ -15,12 +15,31 @@ from cpython.bytes cimport PyBytes_GET_SIZE
 from cpython.dict cimport PyDict_GetItem
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.ref cimport PyObject
-from cpython.pythread cimport PyThread_get_thread_ident
+from cpython.method cimport PyMethod_Check, PyMethod_GET_SELF
 from libc.stdint cimport int32_t, int64_t
 from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 
 from .batch cimport BatchBuilder
 from .murmur2 cimport murmur2_hash
+
+
+cdef extern from "Python.h":
+    # Only the field read here; the rest of the struct stays opaque.
+    ctypedef struct PyThreadState:
+        PyObject* async_gen_firstiter
+    PyThreadState* PyThreadState_Get()
+
+
+cdef inline bint running_here(object loop) noexcept:
+    # Whether ``loop`` is the loop running in this thread. A running asyncio (or
+    # uvloop) loop installs its own bound method as this thread's async-generator
+    # "firstiter" hook for as long as it runs, and one loop at a time runs in a
+    # thread: reading it costs a few instructions, where asyncio.get_running_loop()
+    # makes a getpid() system call. Anything else (another loop, none, hooks replaced
+    # by the application) answers False, and the caller takes the exact path.
+    cdef PyObject* hook = PyThreadState_Get().async_gen_firstiter
+    return (hook != NULL and PyMethod_Check(<object>hook)
+            and PyMethod_GET_SELF(<object>hook) == <PyObject*>loop)
 
 # Only a str and ints inside: it can never be part of a cycle, so it stays out of the
 # garbage collector (one less tracked object per awaited record).
@@ -131,6 +150,7 @@ cdef class ProducerBatch:
 # completed (acknowledged, failed, or aborted on close). Keeping one object per record
 # out of the collector's counts makes collections, and their pauses, rarer.
 @cython.no_gc
+@cython.freelist(256)
 cdef class RecordFuture:
     """The result of one ``send()``: await it, or add a done callback.
 
@@ -221,8 +241,7 @@ cdef class Appender:
     """Routes records to their partition's open batch (see the module docstring)."""
 
     def __init__(self, bint hash_keys, bint ignore_keys=False, Py_ssize_t max_payload=-1):
-        self.loop_is_running = None
-        self.thread_id = 0
+        self.loop = None
         self.routes = {}
         self.hash_keys = hash_keys
         self.ignore_keys = ignore_keys
@@ -231,14 +250,9 @@ cdef class Appender:
         self.max_payload = max_payload
 
     def bind(self, object loop):
-        """Take records (in :meth:`append`) only on ``loop``, in the thread running it
-        now; ``None``: take none."""
-        if loop is None:
-            self.loop_is_running = None
-            self.thread_id = 0
-        else:
-            self.loop_is_running = loop.is_running
-            self.thread_id = PyThread_get_thread_ident()
+        """Take records (in :meth:`append`) only while ``loop`` runs them, in its own
+        thread; ``None``: take none."""
+        self.loop = loop
 
     def route(self, str topic):
         """The topic's route, or None."""
@@ -254,17 +268,13 @@ cdef class Appender:
             r.resize(num_partitions)
         return r
 
-    def append(self, object topic, object value, object key=None, object partition=None,
-               object timestamp_ms=None):
+    def append(self, object topic, object value, object key, object partition,
+               object timestamp_ms, /):
         """A RecordFuture, or None when the Python path must take this record.
 
-        Also None unless called on the bound loop: in its thread while it runs. (A
-        running loop owns its thread, so that is the running loop; this costs a
-        fraction of ``asyncio.get_running_loop()``, which makes a getpid() system
-        call each time.)
+        Also None unless called on the bound loop, while it runs in this thread.
         """
-        if PyThread_get_thread_ident() != self.thread_id or self.loop_is_running is None \
-                or not self.loop_is_running():
+        if self.loop is None or not running_here(self.loop):
             return None
         return self.fast_append(topic, value, key, partition, timestamp_ms)
 
