@@ -13,7 +13,7 @@ error (:class:`RequestTimedOutError`, :class:`ProtocolError`), the others with
 :class:`KafkaConnectionError`. A closed connection is never reused.
 
 Futures handed out by :meth:`BrokerConnection.send_raw` belong to the caller; a
-done callback marks their exception as retrieved so a caller that only looks at
+done callback (or the caller's own ``callback``) marks their exception as retrieved so a caller that only looks at
 ``fut.exception()`` in a callback (or drops the future on shutdown) never makes
 asyncio log "Future exception was never retrieved".
 """
@@ -410,7 +410,8 @@ class BrokerConnection(asyncio.Protocol):
             return None
         transport.writelines((head, *body_parts))
         fut: asyncio.Future[Any] = loop.create_future()
-        fut.add_done_callback(_consume_exception)
+        if callback is None:  # a callback looks at the outcome itself
+            fut.add_done_callback(_consume_exception)
         timeout = self.request_timeout_ms if timeout_ms is None else timeout_ms
         deadline = loop.time() + timeout / 1000.0
         self._in_flight.append(_InFlight(cid, api_key, api_version,
