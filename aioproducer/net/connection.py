@@ -13,9 +13,9 @@ error (:class:`RequestTimedOutError`, :class:`ProtocolError`), the others with
 :class:`KafkaConnectionError`. A closed connection is never reused.
 
 Futures handed out by :meth:`BrokerConnection.send_raw` belong to the caller; a
-done callback (or the caller's own ``callback``) marks their exception as retrieved so a caller that only looks at
-``fut.exception()`` in a callback (or drops the future on shutdown) never makes
-asyncio log "Future exception was never retrieved".
+done callback (or the caller's own ``callback``) marks their exception as retrieved,
+so a caller that only looks at ``fut.exception()`` in a callback (or drops the future
+on shutdown) never makes asyncio log "Future exception was never retrieved".
 """
 
 from __future__ import annotations
