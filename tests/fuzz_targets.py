@@ -30,7 +30,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from fuzz_util import mutate, random_entity
+from fuzz_util import mutate, random_entity, uvarint
 from kio.index import load_response_schema
 from kio.records.readers import read_batch
 from kio.schema.index import api_key_map
@@ -149,15 +149,6 @@ class FakeTransport(asyncio.Transport):
         self.closed = True
 
 
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 async def _feed_connection(entity_type: type[Any], rnd: random.Random) -> str:
     conn = BrokerConnection("127.0.0.1", 9, node_id=1, max_response_bytes=1 << 16)
     transport = FakeTransport()
@@ -171,7 +162,7 @@ async def _feed_connection(entity_type: type[Any], rnd: random.Random) -> str:
     header = (0).to_bytes(4, "big")  # the first correlation id
     if flexible:
         tags = [b"\x05\x02ok"] if rnd.random() < 0.2 else []
-        header += _uvarint(len(tags)) + b"".join(tags)
+        header += uvarint(len(tags)) + b"".join(tags)
     payload = header + random_entity(entity_type, rnd)
     frame = mutate(len(payload).to_bytes(4, "big") + payload, rnd, 3)
     pos = 0

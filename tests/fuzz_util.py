@@ -134,7 +134,7 @@ _FIXED = {"int8": ">b", "uint8": ">B", "bool": ">?", "int16": ">h", "uint16": ">
 _MAX_ITEMS = 3
 
 
-def _uvarint(n: int) -> bytes:
+def uvarint(n: int) -> bytes:
     out = bytearray()
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)
@@ -171,7 +171,7 @@ def _random_primitive(kafka_type: str, flexible: bool, nullable: bool,
         n = rnd.randint(0, 12)
         data = "".join(rnd.choice("abcdefghij-._é€") for _ in range(n)).encode()
         if flexible:
-            return _uvarint(len(data) + 1) + data
+            return uvarint(len(data) + 1) + data
         if kafka_type == "string":
             return struct.pack(">h", len(data)) + data
         return struct.pack(">i", len(data)) + data
@@ -196,7 +196,7 @@ def _random_field(f: Any, flexible: bool, tagged: bool, rnd: random.Random,
         if rnd.random() < 0.05:
             return b"\x00" if flexible else b"\xff\xff\xff\xff"  # a null array
         n = rnd.randint(0, _MAX_ITEMS if depth < 3 else 1)
-        head = _uvarint(n + 1) if flexible else struct.pack(">i", n)
+        head = uvarint(n + 1) if flexible else struct.pack(">i", n)
         if isinstance(cls, EntityTupleField):
             items = [random_entity(cls.type_, rnd, depth + 1) for _ in range(n)]
         else:
@@ -224,11 +224,11 @@ def random_entity(entity_type: type[Any], rnd: random.Random, depth: int = 0) ->
             out += _random_field(f, flexible, False, rnd, depth)
         elif rnd.random() < 0.3:
             value = _random_field(f, flexible, True, rnd, depth)
-            tagged.append(_uvarint(int(tag)) + _uvarint(len(value)) + value)
+            tagged.append(uvarint(int(tag)) + uvarint(len(value)) + value)
     if flexible:
         if rnd.random() < 0.1:  # an unknown tag: the protocol says skip it
-            tagged.append(_uvarint(rnd.randint(100, 10_000)) + _uvarint(2) + b"??")
-        out += _uvarint(len(tagged)) + b"".join(tagged)
+            tagged.append(uvarint(rnd.randint(100, 10_000)) + uvarint(2) + b"??")
+        out += uvarint(len(tagged)) + b"".join(tagged)
     return bytes(out)
 
 
