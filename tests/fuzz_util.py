@@ -20,7 +20,6 @@ import struct
 from typing import Any
 
 from hypothesis import HealthCheck, settings
-from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_writer
 from kio.serial._introspect import (
@@ -100,25 +99,6 @@ def mutate(data: bytes, rnd: random.Random, max_mutations: int = 4) -> bytes:
             v = rnd.choice(_VARINTS)
             out[at:at + len(v)] = v
     return bytes(out)
-
-
-def mutated(base: st.SearchStrategy[bytes], max_mutations: int = 4) -> st.SearchStrategy[bytes]:
-    """``base``'s bytes with 0..``max_mutations`` hostile edits (see :func:`mutate`)."""
-    return st.tuples(base, st.randoms(use_true_random=False)).map(
-        lambda pair: mutate(pair[0], pair[1], max_mutations))
-
-
-def entity_bytes(entity_type: type[Any]) -> st.SearchStrategy[bytes]:
-    """Encodings of arbitrary valid ``entity_type`` instances (kio's hypothesis types)."""
-    return st.from_type(entity_type).map(encode)
-
-
-def hostile(entity_type: type[Any], max_random: int = 256) -> st.SearchStrategy[bytes]:
-    """Mutated plausible encodings of ``entity_type``, or plain random bytes."""
-    return st.one_of(
-        mutated(plausible(entity_type)),
-        st.binary(max_size=max_random),
-    )
 
 
 # -- fast random valid encodings -----------------------------------------------------
@@ -230,8 +210,3 @@ def random_entity(entity_type: type[Any], rnd: random.Random, depth: int = 0) ->
             tagged.append(uvarint(rnd.randint(100, 10_000)) + uvarint(2) + b"??")
         out += uvarint(len(tagged)) + b"".join(tagged)
     return bytes(out)
-
-
-def plausible(entity_type: type[Any]) -> st.SearchStrategy[bytes]:
-    """Random plausible encodings of ``entity_type`` (see :func:`random_entity`)."""
-    return st.randoms(use_true_random=False).map(lambda r: random_entity(entity_type, r))

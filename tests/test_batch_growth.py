@@ -55,25 +55,26 @@ def release(acc: RecordAccumulator, batch: ProducerBatch) -> None:
     acc.complete(batch, 0, -1, None)
 
 
+def sizes(acc: RecordAccumulator, tp: tuple[str, int], fill: float, count: int) -> list[int]:
+    """Block sizes of ``count`` batches in a row, each filled to ``fill``, taken and
+    completed."""
+    out = []
+    for _ in range(count):
+        capacity, batch = take(acc, tp, fill)
+        out.append(capacity)
+        release(acc, batch)
+    return out
+
+
 def test_full_batches_double_the_next_up_to_the_max_and_partial_ones_halve_it() -> None:
     acc = accumulator()
     tp = (TOPIC, 0)
-    sizes = []
-    for _ in range(7):
-        capacity, batch = take(acc, tp, 1.0)
-        sizes.append(capacity)
-        release(acc, batch)
-    assert sizes == [16384, 32768, 65536, 131072, 262144, 262144, 262144]
-    sizes = []
-    for _ in range(6):  # linger passes with the batch less than half full
-        capacity, batch = take(acc, tp, 0.1)
-        sizes.append(capacity)
-        release(acc, batch)
-    assert sizes == [262144, 131072, 65536, 32768, 16384, 16384]
+    assert sizes(acc, tp, 1.0, 7) == [16384, 32768, 65536, 131072, 262144, 262144, 262144]
+    # linger passes with the batch less than half full
+    assert sizes(acc, tp, 0.1, 6) == [262144, 131072, 65536, 32768, 16384, 16384]
     assert tp not in acc.batch_targets
     # Another partition of the same topic is sized on its own.
-    capacity, batch = take(acc, (TOPIC, 1), 1.0)
-    assert capacity == 16384
+    assert sizes(acc, (TOPIC, 1), 1.0, 1) == [16384]
 
 
 def test_growth_waits_for_the_topics_limit_and_stays_under_half_of_it() -> None:
@@ -83,19 +84,10 @@ def test_growth_waits_for_the_topics_limit_and_stays_under_half_of_it() -> None:
     asked: list[str] = []
     acc.on_growth_cap_needed = asked.append
     tp = (TOPIC, 0)
-    sizes = []
-    for _ in range(2):
-        capacity, batch = take(acc, tp, 1.0)
-        sizes.append(capacity)
-        release(acc, batch)
-    assert asked == [TOPIC] and sizes == [16384, 16384]
+    first = sizes(acc, tp, 1.0, 2)
+    assert asked == [TOPIC] and first == [16384, 16384]
     acc.set_growth_cap(TOPIC, 100_000)  # the answer: a topic that takes 100,000 bytes
-    sizes = []
-    for _ in range(4):
-        capacity, batch = take(acc, tp, 1.0)
-        sizes.append(capacity)
-        release(acc, batch)
-    assert sizes == [16384, 32768, 50_000, 50_000]
+    assert sizes(acc, tp, 1.0, 4) == [16384, 32768, 50_000, 50_000]
     assert asked == [TOPIC]
     acc.set_growth_cap("small", 20_000)  # under 2 x batch_size: never grows
     assert acc.growth_caps["small"] == 16384
@@ -132,10 +124,7 @@ def test_no_growth_under_memory_pressure() -> None:
 
 def test_batch_max_size_equal_to_batch_size_is_javas_fixed_size() -> None:
     acc = accumulator(batch_max_size=16384)
-    for _ in range(4):
-        capacity, batch = take(acc, (TOPIC, 0), 1.0)
-        assert capacity == 16384
-        release(acc, batch)
+    assert sizes(acc, (TOPIC, 0), 1.0, 4) == [16384] * 4
 
 
 def test_batch_max_size_option() -> None:
