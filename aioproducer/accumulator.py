@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterable, Mapping, Sized
 from dataclasses import dataclass, field
 
 from ._native import BATCH_HEADER_SIZE, Block, BufferPool, ProducerBatch
+from ._native.batch import record_size_upper_bound
+from .batch_split import records_of_batch
 from .compression import CompressionRatioEstimator, Compressor
 from .errors import BufferExhaustedError, KafkaError, ProducerClosedError
 from .metadata import Cluster
@@ -58,6 +60,16 @@ def _held(tp: TopicPartition, batch: ProducerBatch, dq: Sized,
             and len(dq) == 1 and bool(flying.get(tp)))
 
 
+def _sort_head_by_sequence(dq: deque[ProducerBatch]) -> None:
+    """Order the batches with a sequence at the head of ``dq`` (retries and split
+    pieces) by sequence; the batches without one stay behind them, as they were."""
+    head = []
+    while dq and dq[0].base_sequence >= 0:
+        head.append(dq.popleft())
+    head.sort(key=lambda b: (b.producer_epoch, b.base_sequence))
+    dq.extendleft(reversed(head))
+
+
 class RecordAccumulator:
     """Holds batches until the Sender takes them (``batch.size``, ``linger.ms``)."""
 
@@ -97,6 +109,9 @@ class RecordAccumulator:
         self.closing = False
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._drain_index = 0
+        # Blocks of split batches live outside buffer_memory, as Java's do: block id
+        # -> the one-block pool it came from.
+        self._split_pools: dict[int, BufferPool] = {}
 
     # -- append path -------------------------------------------------------------
 
@@ -284,13 +299,83 @@ class RecordAccumulator:
         if not batch.result.done():  # (only ever done here; a user cannot reach it)
             batch.result.set_result(None)
             batch.wake_waiters()
+        # A split batch is done once all of its pieces are: its records' futures
+        # resolve through the pieces.
+        while batch.parent is not None and batch.child_done():
+            batch = batch.parent
+            if not batch.result.done():
+                batch.result.set_result(None)
+                batch.wake_waiters()
 
     def deallocate(self, batch: ProducerBatch) -> None:
         block = batch.block
         if block is not None:
             batch.block = None
+            own = self._split_pools.pop(id(block), None)
+            if own is not None:
+                own.release(block)
+                return
             self.pool.release(block)
             self._wake_first_waiter()
+
+    def split(self, batch: ProducerBatch, loop: asyncio.AbstractEventLoop
+              ) -> list[ProducerBatch]:
+        """Re-encode a closed batch that the broker found too large into pieces of
+        ``batch_size``, in order, and queue them in its place (Java's
+        ``splitAndReenqueue``).
+
+        The pieces keep the batch's producer id and epoch, and its sequences run on
+        through them, so the broker sees exactly the records it refused, in the same
+        order. Their memory is taken outside ``buffer_memory`` (the refused batch's
+        block is given back first): a split must not wait for memory. The topic's
+        compression ratio estimate starts over from what this batch achieved. A
+        split does not count as a retry.
+        """
+        b = batch.builder
+        if self.codec and b.records_size:
+            self.ratios.reset(batch.topic, (b.size_in_bytes - BATCH_HEADER_SIZE) / b.records_size)
+        with b.view() as view:
+            records = list(records_of_batch(view))
+        pieces: list[ProducerBatch] = []
+        piece: ProducerBatch | None = None
+        for ts, key, value, headers in records:
+            if piece is not None and piece.builder.append(ts, key, value, headers) >= 0:
+                continue
+            need = BATCH_HEADER_SIZE + record_size_upper_bound(
+                -1 if key is None else len(key), -1 if value is None else len(value), headers)
+            size = max(self.batch_size, need)
+            if self.codec:
+                size += _codec_slack(size)
+            own = BufferPool(size, size)
+            block = own.try_allocate(size)
+            assert block is not None  # a fresh pool of exactly this size
+            self._split_pools[id(block)] = own
+            piece = ProducerBatch(batch.tp, block, loop.create_future(), batch.created)
+            if self.codec:
+                piece.builder.set_compression(self.codec, self.compressor,
+                                              max(self.batch_size, need))
+            if piece.builder.append(ts, key, value, headers) < 0:
+                raise AssertionError("a record does not fit a split piece sized for it")
+            piece.full = True
+            piece.attempts = batch.attempts
+            piece.last_error = batch.last_error
+            pieces.append(piece)
+        if batch.base_sequence >= 0:
+            seq = batch.base_sequence
+            for p in pieces:
+                p.producer_id, p.producer_epoch = batch.producer_id, batch.producer_epoch
+                p.base_sequence = seq
+                seq = (seq + p.record_count) % 2**31
+        batch.set_children(pieces)
+        self.incomplete.discard(batch)
+        self.incomplete.update(pieces)
+        self.deallocate(batch)
+        dq = self.batches.setdefault(batch.tp, deque())
+        for p in reversed(pieces):
+            dq.appendleft(p)
+        if batch.base_sequence >= 0:
+            _sort_head_by_sequence(dq)
+        return pieces
 
     # -- Sender side -------------------------------------------------------------
 
@@ -386,17 +471,10 @@ class RecordAccumulator:
         delay = min(self.retry_backoff * (2 ** (batch.attempts - 1)), self.retry_backoff_max)
         batch.next_attempt = now + delay
         dq = self.batches.setdefault(batch.tp, deque())
+        dq.appendleft(batch)
         if batch.base_sequence >= 0:
             # Keep idempotent batches ordered by sequence among the retried ones.
-            pos = 0
-            for existing in dq:
-                if 0 <= existing.base_sequence < batch.base_sequence:
-                    pos += 1
-                else:
-                    break
-            dq.insert(pos, batch)
-        else:
-            dq.appendleft(batch)
+            _sort_head_by_sequence(dq)
 
     def expired(self, now: float) -> list[ProducerBatch]:
         """Queued batches whose delivery timeout has passed (removed from the deques).

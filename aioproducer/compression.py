@@ -183,6 +183,11 @@ class CompressionRatioEstimator:
         elif observed < current:
             self._ratio[topic] = max(current - self.BETTER_STEP, observed)
 
+    def reset(self, topic: str, ratio: float) -> None:
+        """Start over from ``ratio`` (at least 1.0), after a batch sized from the
+        estimate came out too large for the broker (Java resets it the same way)."""
+        self._ratio[topic] = max(1.0, ratio)
+
     def records_budget(self, topic: str, batch_size: int, header: int) -> int:
         """Records bytes a batch of ``topic`` may take to land near ``batch_size``."""
         ratio = max(self.estimate(topic) * self.SAFETY, 0.01)

@@ -11,6 +11,7 @@ from kio.schema.errors import ErrorCode
 
 __all__ = [
     "AuthenticationError",
+    "BatchRejectedError",
     "BrokerResponseError",
     "BufferExhaustedError",
     "ClusterAuthorizationError",
@@ -201,6 +202,13 @@ class InvalidRecordError(BrokerResponseError):
     """The broker rejected a record as invalid (for example a null key on a compacted topic)."""
 
     code = ErrorCode.invalid_record
+
+
+class BatchRejectedError(KafkaError):
+    """The broker refused this record's whole batch because of *other* records in it
+    (KIP-467: those get :class:`InvalidRecordError` with the broker's reason). This
+    record itself was not found invalid, and it was not written; send it again if
+    needed. The Java producer fails these records the same way."""
 
 
 class ProducerFencedError(BrokerResponseError):

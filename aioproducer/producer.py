@@ -35,6 +35,9 @@ from .transactions import GroupMetadata, TransactionManager, TxnState
 
 __all__ = ["Header", "Producer"]
 
+_PRODUCE = 0
+_PRODUCE_MIN_VERSION = 9  # Kafka 2.4: flexible versions; Kafka 4 removed older ones
+
 log = logging.getLogger("aioproducer.producer")
 
 _NEW, _RUNNING, _CLOSING, _CLOSED = range(4)
@@ -92,6 +95,7 @@ class Producer:
         self._fast = self._partitioner.fast and c.key_serializer is None \
             and c.value_serializer is None and not self._interceptors
         self._hot = False  # send() may take the native path at once (set in start())
+        self._fatal: KafkaError | None = None
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -118,7 +122,9 @@ class Producer:
         cluster = Cluster.from_response(response)
         client.update_nodes(cluster.nodes)
         self._metadata.refresh_done(time.monotonic(), cluster, [])
+        _check_produce_version(client)
         self._sender = Sender(c, client, self._metadata, self._accumulator, self._metrics)
+        self._sender.on_fatal = self._on_sender_failed
         self._txn = self._sender.txn
         self._sender.start()
         self._state = _RUNNING
@@ -238,10 +244,22 @@ class Producer:
                 return fut
         return await self._send(topic, value, key, partition, timestamp_ms, headers)
 
+    def _on_sender_failed(self, error: KafkaError) -> None:
+        """The Sender failed for good: from now on every send raises at once."""
+        self._fatal = error
+        self._hot = False
+        self._appender.bind(None)
+
+    def _raise_if_failed(self) -> None:
+        if self._fatal is not None:
+            err = KafkaError(str(self._fatal))
+            raise err from self._fatal.__cause__
+
     async def _send(self, topic: str, value: Any, key: Any, partition: int | None,
                     timestamp_ms: int | None, headers: Sequence[Header] | None) -> RecordFuture:
         if self._state != _RUNNING or asyncio.get_running_loop() is not self._loop:
             self._raise_not_running()
+        self._raise_if_failed()
         if self._txn is not None:
             self._txn.check_send()
             if self._fast and headers is None:
@@ -328,6 +346,7 @@ class Producer:
         """
         if self._state != _RUNNING or asyncio.get_running_loop() is not self._loop:
             self._raise_not_running()
+        self._raise_if_failed()
         if self._txn is not None:
             self._txn.check_send()
         vals = values if type(values) is list else list(values)
@@ -348,9 +367,14 @@ class Producer:
                 send_one = self._send_intercepted if self._interceptors else self._send_slow
                 fut = await send_one(topic, vals[i], None if ks is None else ks[i],
                                      partition, timestamp_ms, None)
-            except Exception as exc:
-                if i and hasattr(exc, "add_note"):
-                    exc.add_note(f"send_many: records 0..{i - 1} were buffered and will be sent")
+            except BaseException as exc:
+                # Also when cancelled: the records buffered so far cannot be taken
+                # back and will be sent; say so, and hand their result over.
+                if hasattr(exc, "add_note"):
+                    exc.add_note(f"send_many: {i} record(s) (0..{i - 1}) were buffered "
+                                 "and will be sent" if i else
+                                 "send_many: no record was buffered")
+                exc.send_many_result = SendManyResult(touched, i)  # type: ignore[attr-defined]
                 raise
             touched.append(fut.batch)
             i += 1
@@ -376,12 +400,30 @@ class Producer:
     async def _append_new_batch(self, tp: tuple[str, int], info: TopicInfo, timestamp_ms: int,
                                 key: Any, value: Any, headers: Any, record_size: int,
                                 started: float) -> Any:
+        """Open a new batch for ``tp`` and append the record to it.
+
+        Every ``await`` here comes before the record is appended: a ``send()``
+        cancelled while it waits did not buffer its record, and one that returns has
+        (nothing is appended that its caller does not get a future for).
+        """
         acc = self._accumulator
+        queued = acc.batches.get(tp)
+        if queued and not self._linger_zero:
+            # Let the Sender (and the network) run once per new batch: a tight loop of
+            # sends never yields otherwise, and batches would pile up until the pool is
+            # full. Once per batch, not per record, keeps the hot path cheap.
+            await asyncio.sleep(0)
+            if self._state != _RUNNING:
+                self._raise_not_running()
+            appended = acc.try_append(tp, timestamp_ms, key, value, headers)
+            if appended is not None:
+                return appended
         remaining = self._max_block_s - (time.monotonic() - started if started else 0.0)
         block = await acc.allocate(acc.block_size_for(record_size, tp), max(remaining, 0.0))
         if self._state != _RUNNING:
             acc.release_block(block)
             self._raise_not_running()
+        self._raise_if_failed_releasing(block)
         # Another send may have opened a batch for this partition while we waited.
         appended = acc.try_append(tp, timestamp_ms, key, value, headers)
         if appended is not None:
@@ -401,17 +443,14 @@ class Producer:
                 # without waiting for the Sender task's next turn of the loop.
                 sender.run_once(time.monotonic())
                 if batch.full:
-                    # Drained and written: nothing for the Sender to do, and no turn
-                    # of the loop to give (each costs an epoll system call). A tight
-                    # loop of sends still yields once max_in_flight requests are out
-                    # and a batch stays queued.
                     return batch, index
             sender.wakeup()
-            # Let the Sender (and the network) run once per new batch: a tight loop of
-            # sends never yields otherwise, and batches would pile up until the pool is
-            # full. Once per batch, not per record, keeps the hot path cheap.
-            await asyncio.sleep(0)
         return batch, index
+
+    def _raise_if_failed_releasing(self, block: Any) -> None:
+        if self._fatal is not None:
+            self._accumulator.release_block(block)
+            self._raise_if_failed()
 
     # -- observability -----------------------------------------------------------
 
@@ -555,3 +594,10 @@ class Producer:
         loop.call_soon_threadsafe(schedule)
 
 
+
+
+def _check_produce_version(client: KafkaClient) -> None:
+    """Refuse a cluster whose brokers cannot take Produce v9+ at ``start()``, with the
+    reason, instead of failing every record later."""
+    for conn in client.connections():
+        conn.version_for(_PRODUCE, _PRODUCE_MIN_VERSION, 13)

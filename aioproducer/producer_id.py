@@ -1,32 +1,53 @@
-"""Idempotence: the producer id/epoch and the per-partition sequence numbers.
+"""Idempotence: the producer id, and each partition's epoch and sequence numbers.
 
-The broker keeps, per (producer id, partition), the sequence it expects next and the
-last five batches it wrote, so a resent batch is written once. When a batch with a
-sequence fails for good (or expires), the sequences after it can never line up
-again; like the Java client (KIP-360) we then bump the epoch with InitProducerId
-(current id and epoch) once nothing is in flight, and restart sequences at 0.
+The broker keeps, per (producer id, partition), the epoch and the sequence it expects
+next, and the last five batches it wrote, so a resent batch is written once. The
+rules here are the Java producer's (``TransactionManager``'s idempotent half):
+
+- A batch gets its producer id, epoch and sequence once, when it is first drained,
+  and keeps them for every retry: a batch whose outcome is unknown (sent, no answer)
+  may already be in the log, and only its own sequence lets the broker drop the copy.
+- A batch that failed for good (the broker refused it) leaves a gap in the
+  partition's sequences. The partition then needs new sequences under a new epoch:
+  a *local* bump (same producer id, epoch + 1; the broker takes a higher epoch that
+  starts at sequence 0). It happens once nothing of that partition is in flight and
+  every batch before the gap is resolved, and it renumbers only the batches after the
+  gap, which the broker cannot have written. Other partitions keep sending.
+- A batch that expired after it was sent leaves its partition *unresolved*: its
+  records may or may not be in the log. New batches of that partition wait until
+  the answers to later batches tell (an acknowledged later batch means it was
+  written); if nothing is left to tell, the partition gets a local bump.
+- InitProducerId is sent at start-up only, and again only if an epoch would
+  overflow (or the broker forgot the id for good).
+
+Epochs are kept per partition: the broker checks them per partition, so a bump on
+one partition changes nothing for the others.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import importlib
 import logging
+from dataclasses import dataclass, field
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16, i32Timedelta, i64
 
+from ._native import ProducerBatch
 from .config import ProducerConfig
 from .errors import KafkaConnectionError, KafkaError, for_code
 from .net.client import KafkaClient
 
-__all__ = ["ProducerIdManager"]
+__all__ = ["PartitionSequences", "ProducerIdManager"]
 
 log = logging.getLogger("aioproducer.idempotence")
 
 _INIT_PRODUCER_ID = 22
 _MAX_SEQUENCE = 2**31 - 1
+_MAX_EPOCH = 2**15 - 1
 
 TopicPartition = tuple[str, int]
 
@@ -38,73 +59,284 @@ def _kio_init_producer_id(version: int) -> tuple[Any, Any]:
     return req, resp
 
 
+def _add_sequence(sequence: int, count: int) -> int:
+    """Sequences wrap from 2**31 - 1 to 0, as the broker expects."""
+    nxt = sequence + count
+    return nxt - _MAX_SEQUENCE - 1 if nxt > _MAX_SEQUENCE else nxt
+
+
+def last_sequence(batch: ProducerBatch) -> int:
+    """The sequence of the batch's last record."""
+    return _add_sequence(batch.base_sequence, batch.record_count - 1)
+
+
+@dataclass(slots=True, eq=False)
+class PartitionSequences:
+    """One partition's idempotence state (Java's ``TopicPartitionEntry``)."""
+
+    producer_id: int
+    epoch: int
+    next_sequence: int = 0
+    """Base sequence of the partition's next new batch."""
+    last_acked: int = -1
+    """Last sequence the broker acknowledged under this id and epoch (-1: none yet)."""
+    incomplete: list[ProducerBatch] = field(default_factory=list)
+    """Batches with a sequence, not completed (in flight or queued for a retry), in
+    sequence order."""
+    unresolved: int | None = None
+    """Set after a sent batch expired: the sequence that follows it."""
+    bump_from: int | None = None
+    """Set when the partition needs a local epoch bump: the first sequence that the
+    broker is known not to have written (the batches from there on get renumbered)."""
+
+    def is_next(self, sequence: int) -> bool:
+        return _add_sequence(self.last_acked, 1) == sequence
+
+
 class ProducerIdManager:
-    """Holds the producer id, epoch and sequences of an idempotent producer."""
+    """Holds the producer id and the per-partition epochs and sequences."""
 
     def __init__(self, client: KafkaClient, config: ProducerConfig) -> None:
         self._client = client
         self._timeout_s = config.request_timeout_ms / 1000.0
         self._backoff = config.retry_backoff_ms / 1000.0
         self._backoff_max = config.retry_backoff_max_ms / 1000.0
+        self.transactional = config.transactional_id is not None
         self.producer_id = -1
         self.epoch = -1
+        """The epoch of the producer id (transactions) or the highest epoch any
+        partition uses (idempotence only: epochs are bumped per partition)."""
         self.ready = False
         self.error: KafkaError | None = None
         self.bump_needed = False
+        """Transactions: a batch with a sequence failed; the next EndTxn is followed
+        by an epoch bump (InitProducerId) that restarts every sequence."""
+        self.local_bumps = 0
+        """Idempotence: how many local epoch bumps were made (for tests and logs)."""
         self._next_attempt = 0.0
         self._failures = 0
         self._in_progress = False
-        self._next_seq: dict[TopicPartition, int] = {}
-        self._acked: set[TopicPartition] = set()
-        self._last_acked: dict[TopicPartition, int] = {}
+        self.partitions: dict[TopicPartition, PartitionSequences] = {}
+        self.recovering: set[TopicPartition] = set()
+        """Partitions that are unresolved or wait for a local epoch bump."""
 
-    def due_in(self, now: float) -> float:
-        return float("inf") if self._in_progress else self._next_attempt - now
+    # -- per partition -----------------------------------------------------------
 
-    def next_sequence(self, tp: TopicPartition, count: int) -> int:
-        seq = self._next_seq.get(tp, 0)
-        nxt = seq + count
-        self._next_seq[tp] = nxt - _MAX_SEQUENCE - 1 if nxt > _MAX_SEQUENCE else nxt
-        return seq
+    def _entry(self, tp: TopicPartition) -> PartitionSequences:
+        e = self.partitions.get(tp)
+        if e is None:
+            e = self.partitions[tp] = PartitionSequences(self.producer_id, max(self.epoch, 0))
+        return e
 
-    def acknowledged(self, tp: TopicPartition, last_sequence: int) -> None:
-        """A batch up to ``last_sequence`` is in the log under the current epoch."""
-        self._acked.add(tp)
-        self._last_acked[tp] = last_sequence
+    def may_assign(self, tp: TopicPartition) -> bool:
+        """Whether a new batch of ``tp`` may get a sequence now.
+
+        No while the partition is unresolved or waits for a bump, and no while it
+        still has batches under an older producer id in flight or queued.
+        """
+        e = self.partitions.get(tp)
+        if e is None:
+            return True
+        if e.unresolved is not None or e.bump_from is not None:
+            return False
+        return e.producer_id == self.producer_id or not e.incomplete
+
+    def assign_sequence(self, batch: ProducerBatch) -> None:
+        """Give a new batch its producer id, epoch and sequence (once, for good)."""
+        e = self._entry(batch.tp)
+        if e.producer_id != self.producer_id:
+            # A new producer id: the partition starts over once its old batches are
+            # done (may_assign held new batches back until then).
+            e.producer_id, e.epoch = self.producer_id, max(self.epoch, 0)
+            e.next_sequence, e.last_acked = 0, -1
+        batch.producer_id, batch.producer_epoch = e.producer_id, e.epoch
+        batch.base_sequence = e.next_sequence
+        e.next_sequence = _add_sequence(e.next_sequence, batch.record_count)
+        e.incomplete.append(batch)
+
+    def has_acked(self, tp: TopicPartition) -> bool:
+        """Whether the broker acknowledged a batch of ``tp`` under its current epoch.
+
+        Until then only one batch may be in flight there: a broker with no state for
+        a producer epoch accepts any first sequence, so a later pipelined batch could
+        be written ahead of an earlier one that failed and is being retried.
+        """
+        e = self.partitions.get(tp)
+        return e is not None and e.last_acked >= 0
+
+    def first_incomplete(self, batch: ProducerBatch) -> bool:
+        """Whether ``batch`` is its partition's lowest incomplete sequence (a retry
+        goes out only then, so the broker sees sequences in order)."""
+        e = self.partitions.get(batch.tp)
+        return e is None or not e.incomplete or e.incomplete[0] is batch
+
+    def waits_for_bump(self, batch: ProducerBatch) -> bool:
+        """Whether ``batch`` must wait for its partition's epoch bump (it lies after a
+        gap, so its sequence can only be accepted once renumbered)."""
+        e = self.partitions.get(batch.tp)
+        return (e is not None and e.bump_from is not None
+                and batch.producer_epoch == e.epoch and batch.producer_id == e.producer_id
+                and batch.base_sequence >= e.bump_from)
+
+    def acknowledged(self, batch: ProducerBatch) -> None:
+        """The broker has ``batch`` in its log (written now, or a duplicate of an
+        earlier attempt). Also for a batch that expired while in flight: its answer
+        resolves the partition."""
+        e = self.partitions.get(batch.tp)
+        if e is None:
+            return
+        self._drop(e, batch)
+        if (batch.producer_id, batch.producer_epoch) != (e.producer_id, e.epoch):
+            return  # an answer from before a bump or a new id
+        last = last_sequence(batch)
+        if e.last_acked < 0 or _seq_after(last, e.last_acked):
+            e.last_acked = last
+
+    def failed(self, batch: ProducerBatch, *, written: bool | None) -> None:
+        """``batch`` (with a sequence) completed without an acknowledgement.
+
+        ``written=False``: the broker refused it, so its sequences are a gap.
+        ``written=None``: unknown (it expired after it was sent).
+        """
+        e = self.partitions.get(batch.tp)
+        if e is None:
+            return
+        self._drop(e, batch)
+        if (batch.producer_id, batch.producer_epoch) != (e.producer_id, e.epoch):
+            return
+        if self.transactional:
+            # The transaction becomes abortable; the abort bumps the epoch for all.
+            self.bump_needed = True
+            return
+        if written is None:
+            nxt = _add_sequence(last_sequence(batch), 1)
+            if e.unresolved is None or _seq_after(nxt, e.unresolved):
+                e.unresolved = nxt
+            self.recovering.add(batch.tp)
+            log.debug("%s-%d unresolved up to sequence %d", batch.topic, batch.partition, nxt)
+        else:
+            self.request_bump(batch.tp, batch.base_sequence)
+
+    def request_bump(self, tp: TopicPartition, from_sequence: int) -> None:
+        """Sequences from ``from_sequence`` on were not written on ``tp``: renumber
+        them under a new epoch (see :meth:`bump_ready`)."""
+        e = self._entry(tp)
+        if e.bump_from is None or _seq_after(e.bump_from, from_sequence):
+            e.bump_from = from_sequence
+        e.unresolved = None
+        self.recovering.add(tp)
+
+    def resolve_unresolved(self, tp: TopicPartition, sequence: int) -> bool:
+        """An OUT_OF_ORDER_SEQUENCE for the batch right after an expired one proves
+        that the expired one was not written: bump from here. True if so."""
+        e = self.partitions.get(tp)
+        if e is None or e.unresolved is None or e.unresolved != sequence:
+            return False
+        self.request_bump(tp, sequence)
+        return True
 
     def is_next_sequence(self, tp: TopicPartition, sequence: int) -> bool:
         """Whether the broker should be expecting ``sequence`` next on ``tp``."""
-        return self._last_acked.get(tp, -1) + 1 == sequence
+        e = self.partitions.get(tp)
+        return e is not None and e.is_next(sequence)
 
-    def has_acked(self, tp: TopicPartition) -> bool:
-        """Whether the broker holds state for us on this partition (an ack came back).
+    def is_unresolved(self, tp: TopicPartition) -> bool:
+        e = self.partitions.get(tp)
+        return e is not None and e.unresolved is not None
 
-        Until then only one batch may be in flight there: a broker with no state for
-        a producer accepts any first sequence (KIP-360), so a later pipelined batch
-        could be written ahead of an earlier one that failed and is being retried.
+    def maybe_resolve(self, in_flight: dict[TopicPartition, Any]) -> None:
+        """Settle unresolved partitions whose answers are all in (Java's
+        ``maybeResolveSequences``): resolved if everything assigned was
+        acknowledged, else the partition needs a bump."""
+        for tp in list(self.recovering):
+            e = self.partitions.get(tp)
+            if e is None:
+                self.recovering.discard(tp)
+                continue
+            if e.unresolved is None or e.incomplete or in_flight.get(tp):
+                continue
+            if e.is_next(e.next_sequence):
+                log.debug("%s-%d resolved: the expired batch was written", *tp)
+                e.unresolved = None
+                self.recovering.discard(tp)
+            else:
+                log.info("%s-%d: an expired batch was not acknowledged and nothing is left "
+                         "to resolve it; bumping the partition's epoch", *tp)
+                e.unresolved = None
+                e.bump_from = e.next_sequence
+
+    def bump_ready(self, in_flight: dict[TopicPartition, Any]) -> list[TopicPartition]:
+        """Make the local epoch bumps that are due; returns their partitions.
+
+        A partition is bumped once nothing of it is in flight and none of its
+        incomplete batches lies before the gap (such a batch may be in the log: it
+        is retried under the old epoch first). Its incomplete batches, all after the
+        gap, get the new epoch and sequences from 0, in order.
         """
-        return tp in self._acked
+        done: list[TopicPartition] = []
+        for tp in list(self.recovering):
+            e = self.partitions.get(tp)
+            if e is None:
+                self.recovering.discard(tp)
+                continue
+            if e.bump_from is None or in_flight.get(tp):
+                continue
+            if any(_seq_after(e.bump_from, b.base_sequence) for b in e.incomplete):
+                continue
+            if e.epoch >= _MAX_EPOCH:
+                # No higher epoch: a new producer id (InitProducerId) for everything.
+                self.ready = False
+                e.bump_from = None
+                self.recovering.discard(tp)
+                continue
+            e.epoch += 1
+            self.epoch = max(self.epoch, e.epoch)
+            self.local_bumps += 1
+            seq = 0
+            for b in e.incomplete:
+                b.producer_epoch, b.base_sequence = e.epoch, seq
+                if b.closed:
+                    b.builder.set_producer_state(b.producer_id, b.producer_epoch, seq)
+                seq = _add_sequence(seq, b.record_count)
+            e.next_sequence, e.last_acked, e.bump_from, e.unresolved = seq, -1, None, None
+            self.recovering.discard(tp)
+            log.info("%s-%d: producer id %d now at epoch %d (local bump), %d batch(es) "
+                     "renumbered", tp[0], tp[1], e.producer_id, e.epoch, len(e.incomplete))
+            done.append(tp)
+        return done
 
-    def batch_failed(self, tp: TopicPartition) -> None:
-        """A sequenced batch failed for good: sequences must restart under a new epoch."""
-        self.bump_needed = True
+    def replace(self, batch: ProducerBatch, pieces: list[ProducerBatch]) -> None:
+        """``batch`` was split into ``pieces`` (same id, epoch, consecutive sequences)."""
+        e = self.partitions.get(batch.tp)
+        if e is None:
+            return
+        try:
+            i = e.incomplete.index(batch)
+        except ValueError:
+            return
+        e.incomplete[i:i + 1] = pieces
 
-    def begin_bump(self) -> None:
-        """Called by the Sender once nothing is in flight: refetch the epoch."""
-        self.ready = False
-        self.bump_needed = False
-        self._next_seq.clear()
-        self._acked.clear()
-        self._last_acked.clear()
+    def forget(self, tp: TopicPartition) -> None:
+        self.partitions.pop(tp, None)
+        self.recovering.discard(tp)
+
+    @staticmethod
+    def _drop(e: PartitionSequences, batch: ProducerBatch) -> None:
+        with contextlib.suppress(ValueError):
+            e.incomplete.remove(batch)
+
+    # -- the producer id ---------------------------------------------------------
+
+    def due_in(self, now: float) -> float:
+        return float("inf") if self._in_progress else self._next_attempt - now
 
     def assign(self, producer_id: int, epoch: int) -> None:
         """A new id or epoch (from a transactional InitProducerId): sequences restart."""
         self.producer_id, self.epoch = producer_id, epoch
         self.bump_needed = False
         self.error = None
-        self._next_seq.clear()
-        self._acked.clear()
-        self._last_acked.clear()
+        self.partitions.clear()
+        self.recovering.clear()
         self.ready = True
 
     def init_started(self) -> None:
@@ -112,7 +344,7 @@ class ProducerIdManager:
         self._in_progress = True
 
     async def init(self, now: float) -> None:
-        """Send InitProducerId (bumping the epoch when we already have an id)."""
+        """Send InitProducerId for a new producer id."""
         self._in_progress = True
         try:
             await self._init_once()
@@ -142,25 +374,24 @@ class ProducerIdManager:
             "transaction_timeout": i32Timedelta.parse(datetime.timedelta(milliseconds=60000)),
         }
         if version >= 3:
-            fields["producer_id"] = i64(self.producer_id)
-            fields["producer_epoch"] = i16(self.epoch)
+            # Without a transactional id the broker hands out a new id anyway.
+            fields["producer_id"] = i64(-1)
+            fields["producer_epoch"] = i16(-1)
         resp = await conn.request(req_t(**fields), resp_t)
         code = int(resp.error_code)
         if code != 0:
-            if code == int(ErrorCode.invalid_producer_epoch) or code == int(
-                ErrorCode.producer_fenced
-            ):
-                # Our id is gone on the broker side: start over with a new one.
-                self.producer_id, self.epoch = -1, -1
+            if code in (int(ErrorCode.invalid_producer_epoch), int(ErrorCode.producer_fenced)):
                 err = for_code(code)
                 err.retriable = True
                 raise err
             raise for_code(code, "InitProducerId")
         self.producer_id = int(resp.producer_id)
         self.epoch = int(resp.producer_epoch)
-        self._next_seq.clear()
-        self._acked.clear()
-        self._last_acked.clear()
         self.ready = True
         log.debug("producer id %d epoch %d", self.producer_id, self.epoch)
 
+
+def _seq_after(a: int, b: int) -> bool:
+    """Whether sequence ``a`` comes after ``b`` (allowing for the wrap at 2**31)."""
+    d = (a - b) % (_MAX_SEQUENCE + 1)
+    return 0 < d < (_MAX_SEQUENCE + 1) // 2

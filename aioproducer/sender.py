@@ -16,6 +16,7 @@ import datetime
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -25,13 +26,16 @@ from ._native import BATCH_HEADER_SIZE
 from .accumulator import ProducerBatch, RecordAccumulator, TopicPartition
 from .config import ProducerConfig
 from .errors import (
+    BatchRejectedError,
     BrokerResponseError,
     DeliveryTimeoutError,
     InvalidProducerEpochError,
+    InvalidRecordError,
     KafkaError,
     OutOfOrderSequenceError,
     ProtocolError,
     UnknownProducerIdError,
+    UnsupportedVersionError,
     for_code,
 )
 from .metadata import Cluster, Metadata
@@ -61,6 +65,12 @@ _METADATA_ERRORS = frozenset({
     int(ErrorCode.not_enough_replicas),
 })
 _DUPLICATE_SEQUENCE = int(ErrorCode.duplicate_sequence_number)
+# A batch too large for the broker: split it (when it holds more than one record).
+_TOO_LARGE = frozenset({int(ErrorCode.message_too_large), int(ErrorCode.record_list_too_large)})
+# Broker answers after which a batch may be in the log even so: written by the leader,
+# not (yet) by enough replicas.
+_MAYBE_WRITTEN = frozenset({int(ErrorCode.not_enough_replicas_after_append),
+                            int(ErrorCode.request_timed_out)})
 # A partition leader saying that a newer producer owns our transactional id.
 _FENCED = frozenset({int(ErrorCode.producer_fenced), int(ErrorCode.invalid_producer_epoch),
                      int(ErrorCode.transaction_coordinator_fenced)})
@@ -98,6 +108,12 @@ class Sender:
         self._background: set[asyncio.Task[Any]] = set()
         self._stopped = False
         self._latency_ms = 0.0
+        # Idempotence: batches queued for a retry after an attempt whose outcome is
+        # unknown (a lost connection, a timeout): they may be in the log already.
+        self._unknown_outcome: set[ProducerBatch] = set()
+        self.fatal_error: KafkaError | None = None
+        """Set once the Sender failed (a bug): the producer can no longer send."""
+        self.on_fatal: Callable[[KafkaError], None] | None = None
         client.on_ready_change = self.wakeup
         metadata.on_update_request = self.wakeup
         if accumulator.batch_max_size > accumulator.batch_size:
@@ -133,31 +149,59 @@ class Sender:
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
-        try:
-            while not self._stopped:
-                delay = self.run_once(time.monotonic())
-                if self.acc.closing and not self.acc.incomplete:
-                    return
-                self._sleeper = loop.create_future()
-                handle = loop.call_later(min(delay, 1.0), self.wakeup) if delay > 0 else None
-                if delay <= 0:
-                    self._sleeper.set_result(None)
-                try:
-                    await self._sleeper
-                finally:
-                    self._sleeper = None
-                    if handle is not None:
-                        handle.cancel()
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # a bug: fail loudly, never leave sends hanging
-            log.exception("aioproducer sender crashed")
-            self.acc.abort_all(KafkaError(f"the producer's sender task crashed: {exc!r}"))
-            raise
+        while not self._stopped:
+            delay = self.run_once(time.monotonic())
+            if self.acc.closing and not self.acc.incomplete:
+                return
+            if self._stopped:
+                return
+            self._sleeper = loop.create_future()
+            handle = loop.call_later(min(delay, 1.0), self.wakeup) if delay > 0 else None
+            if delay <= 0:
+                self._sleeper.set_result(None)
+            try:
+                await self._sleeper
+            finally:
+                self._sleeper = None
+                if handle is not None:
+                    handle.cancel()
+
+    def fail_producer(self, exc: BaseException) -> None:
+        """A bug or an unexpected error in the Sender: fail the producer, loudly.
+
+        Every record not yet acknowledged fails with a :class:`KafkaError` that
+        carries the cause, and ``on_fatal`` makes every later ``send()`` raise it:
+        a producer that accepts records it can never send would leave its callers
+        waiting for ever.
+        """
+        if self.fatal_error is not None:
+            return
+        log.error("aioproducer's sender failed; the producer can no longer send",
+                  exc_info=exc)
+        err = KafkaError(f"the producer failed and can no longer send: {exc!r}")
+        err.__cause__ = exc
+        self.fatal_error = err
+        self._stopped = True
+        failed = self.acc.abort_all(err)
+        if failed:
+            self.metrics.records_failed("", failed, time.monotonic())
+        if self.on_fatal is not None:
+            self.on_fatal(err)
+        self.wakeup()
 
     # -- one pass ----------------------------------------------------------------
 
     def run_once(self, now: float) -> float:
+        """One pass of the Sender; the delay until the next one is due."""
+        if self.fatal_error is not None:
+            return float("inf")
+        try:
+            return self._run_once(now)
+        except Exception as exc:  # a bug: fail loudly, never leave sends hanging
+            self.fail_producer(exc)
+            return float("inf")
+
+    def _run_once(self, now: float) -> float:
         delay = float("inf")
         md_due = self.metadata.due_in(now)
         if md_due <= 0:
@@ -169,32 +213,29 @@ class Sender:
 
         for batch in self.acc.expired(now):
             self._fail(batch, DeliveryTimeoutError(
-                self._expiry_text(batch, now, batch.last_error)))
+                self._expiry_text(batch, now, batch.last_error)), written=None)
+        self._expire_in_flight(now)
 
         txn = self.txn
+        pid = self.pid
         if txn is not None:
             err = txn.blocks_queued
             if err is not None and any(self.acc.batches.values()):
                 self._abort_queued(err)
-
-        if self.pid is not None and self.pid.bump_needed and txn is None \
-                and not any(self.in_flight.values()):
-            # KIP-360: nothing in flight any more, so renumber under a new epoch.
-            self.pid.begin_bump()
-            for dq in self.acc.batches.values():
-                for b in dq:
-                    b.base_sequence = -1
-        if self.pid is not None and self.pid.bump_needed and txn is None:
-            return min(delay, 0.05)  # wait for in-flight requests to finish first
-        if self.pid is not None and not self.pid.ready:
+        elif pid is not None and pid.ready:
+            # Idempotence: settle partitions whose expired batches are answered, and
+            # make the local epoch bumps that are due (only those partitions wait).
+            pid.maybe_resolve(self.in_flight)
+            pid.bump_ready(self.in_flight)
+        if pid is not None and not pid.ready:
             if txn is not None:  # init_transactions() gets the id, not the Sender
                 return delay
-            if self.pid.error is not None:
-                self.acc.abort_all(self.pid.error)
+            if pid.error is not None:
+                self.acc.abort_all(pid.error)
                 return delay
-            wait = self.pid.due_in(now)
+            wait = pid.due_in(now)
             if wait <= 0:
-                self.pid.init_started()  # now: a second pass must not start another
+                pid.init_started()  # now: a second pass must not start another
                 self.spawn(self._init_producer_id())
             return min(delay, max(wait, 0.01), self.acc.delivery_timeout)
 
@@ -216,7 +257,7 @@ class Sender:
                 delay = min(delay, self.reconnect_backoff)
         if sendable:
             drained = self.acc.drain(cluster, sendable, self.config.max_request_size, now,
-                                     muted, self._may_send if self.pid else None,
+                                     muted, self._may_send if pid else None,
                                      self.in_flight)
             for node, batches in drained.items():
                 self._send_produce(node, batches, cluster, now)
@@ -230,9 +271,38 @@ class Sender:
         oldest = self.acc.oldest_queued()
         if oldest is not None:
             # Expiry must be noticed even when nothing else happens. Queued batches
-            # expire head first; in-flight ones are bounded by request_timeout_ms.
+            # expire head first.
+            delay = min(delay, max(0.0, oldest + self.delivery_timeout - now))
+        oldest = self._oldest_in_flight()
+        if oldest is not None:
             delay = min(delay, max(0.0, oldest + self.delivery_timeout - now))
         return delay
+
+    def _expire_in_flight(self, now: float) -> None:
+        """Fail the batches in flight whose ``delivery_timeout_ms`` has passed (Java's
+        ``getExpiredInflightBatches``). They stay in ``in_flight`` until their answer
+        comes (or their request fails): that answer still tells whether they were
+        written, which the partition's later sequences depend on."""
+        limit = self.delivery_timeout
+        for dq in self.in_flight.values():
+            for b in dq:  # in creation order
+                if now - b.created < limit:
+                    break
+                if not b.result.done():
+                    self._fail(b, DeliveryTimeoutError(
+                        self._expiry_text(b, now, b.last_error) + "; the batch was sent "
+                        "and no answer came in time, so it may or may not have been "
+                        "written"), written=None)
+
+    def _oldest_in_flight(self) -> float | None:
+        oldest = None
+        for dq in self.in_flight.values():
+            for b in dq:
+                if not b.result.done():
+                    if oldest is None or b.created < oldest:
+                        oldest = b.created
+                    break
+        return oldest
 
     def _muted(self) -> set[TopicPartition]:
         if not self.guarantee_order:
@@ -248,21 +318,27 @@ class Sender:
     def _may_send(self, batch: ProducerBatch) -> bool:
         """Idempotence: keep sequences in order on the broker.
 
-        A retried batch goes out only when nothing before it is in flight, and a
-        partition with no acknowledged batch yet (under this producer id and epoch)
-        has one batch in flight at most. Transactions: a batch waits until its
-        partition was added to the transaction (AddPartitionsToTxn).
+        A batch that already has a sequence (a retry, or a piece of a split batch)
+        goes out only alone, as its partition's lowest incomplete sequence, and not
+        while it waits for its partition's epoch bump. A new batch waits while its
+        partition is unresolved or due for a bump; a partition with no acknowledged
+        batch yet (under its current epoch) has one batch in flight at most.
+        Transactions: a batch waits until its partition was added to the transaction
+        (AddPartitionsToTxn).
         """
         txn = self.txn
         if txn is not None and not txn.may_send(batch.tp):
             return False
+        pid = self.pid
+        assert pid is not None
         flying = self.in_flight.get(batch.tp)
+        if batch.base_sequence >= 0:
+            return not flying and pid.first_incomplete(batch) and not pid.waits_for_bump(batch)
+        if not pid.may_assign(batch.tp):
+            return False
         if not flying:
             return True
-        if batch.base_sequence >= 0:
-            return False
-        assert self.pid is not None
-        return len(flying) < 5 and self.pid.has_acked(batch.tp)
+        return len(flying) < 5 and pid.has_acked(batch.tp)
 
     # -- produce -----------------------------------------------------------------
 
@@ -273,12 +349,28 @@ class Sender:
             for b in batches:
                 self.acc.reenqueue(b, now)
             return
-        version = conn.version_for(_PRODUCE, 9, 13 if self.txn is None else _TXN_PRODUCE_MAX)
+        try:
+            version = conn.version_for(_PRODUCE, 9,
+                                       13 if self.txn is None else _TXN_PRODUCE_MAX)
+        except UnsupportedVersionError as exc:
+            for b in batches:
+                self._fail(b, exc, written=False)
+            return
         by_topic: dict[str, list[tuple[int, memoryview]]] = {}
         m = self.metrics
         records = 0
+        sent: list[ProducerBatch] = []
         for b in batches:
-            self._close_batch(b)
+            try:
+                self._close_batch(b)
+            except Exception as exc:  # a codec that raised: this batch cannot be sent
+                log.error("could not close the batch for %s-%d", b.topic, b.partition,
+                          exc_info=exc)
+                err = KafkaError(f"could not encode the batch for {b.topic}-{b.partition}: "
+                                 f"{exc!r}")
+                err.__cause__ = exc
+                self._fail(b, err, written=False)
+                continue
             builder = b.builder
             size = builder.size_in_bytes
             raw = builder.records_size
@@ -287,6 +379,10 @@ class Sender:
                          (now - b.created) * 1000.0, b.attempts > 0, now)
             records += b.record_count
             by_topic.setdefault(b.topic, []).append((b.partition, builder.view()))
+            sent.append(b)
+        if not sent:
+            return
+        batches = sent
         m.request_sent(records, now)
         topics = []
         for topic, parts in by_topic.items():
@@ -303,7 +399,8 @@ class Sender:
             self.in_flight.setdefault(b.tp, deque()).append(b)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("produce v%d to node %d: %s", version, node,
-                      ", ".join(f"{b.partition}@{b.base_sequence}" for b in batches))
+                      ", ".join(f"{b.partition}@{b.producer_epoch}/{b.base_sequence}"
+                                for b in batches))
         try:
             fut = conn.send_raw(_PRODUCE, version, body, flexible=True,
                                 expect_response=self.acks != 0,
@@ -317,34 +414,33 @@ class Sender:
             self._on_produce_done(node, version, batches, None, None)
 
     def _close_batch(self, b: ProducerBatch) -> None:
+        """Write the batch header once: its producer id, epoch and sequence are
+        assigned at its first drain and never change after (except by a local epoch
+        bump, which renumbers only batches the broker cannot have written)."""
         pid = self.pid
-        if pid is None:
-            if not b.closed:
+        if pid is not None and b.base_sequence < 0:
+            pid.assign_sequence(b)
+        if not b.closed:
+            if pid is None:
                 b.builder.close()
-                self.acc.batch_closed(b)
-            return
-        if b.base_sequence < 0:
-            b.base_sequence = pid.next_sequence(b.tp, b.record_count)
-            b.producer_id, b.producer_epoch = pid.producer_id, pid.epoch
-            if b.closed:  # renumbered after an epoch bump
-                b.builder.set_producer_state(b.producer_id, b.producer_epoch, b.base_sequence)
             else:
                 b.builder.close(b.producer_id, b.producer_epoch, b.base_sequence,
                                 self.txn is not None)
-                self.acc.batch_closed(b)
-        elif (b.producer_id, b.producer_epoch) != (pid.producer_id, pid.epoch):
-            b.producer_id, b.producer_epoch = pid.producer_id, pid.epoch
-            b.builder.set_producer_state(b.producer_id, b.producer_epoch, b.base_sequence)
+            self.acc.batch_closed(b)
 
     def _on_produce_future(self, node: int, version: int, batches: list[ProducerBatch],
                            sent_at: float, fut: asyncio.Future[ProduceResponse]) -> None:
         self._latency_ms = (time.monotonic() - sent_at) * 1000.0
-        if fut.cancelled():
-            self._on_produce_done(node, version, batches,
-                                  ProtocolError("produce request was cancelled"), None)
-            return
-        exc = fut.exception()
-        self._on_produce_done(node, version, batches, exc, None if exc else fut.result())
+        try:
+            if fut.cancelled():
+                self._on_produce_done(node, version, batches,
+                                      ProtocolError("produce request was cancelled"), None)
+                return
+            exc = fut.exception()
+            self._on_produce_done(node, version, batches, exc,
+                                  None if exc else fut.result())
+        except Exception as exc:  # a bug: fail loudly, never leave sends hanging
+            self.fail_producer(exc)
 
     def _on_produce_done(self, node: int, version: int, batches: list[ProducerBatch],
                          exc: BaseException | None, response: ProduceResponse | None) -> None:
@@ -360,7 +456,8 @@ class Sender:
                          len(batches), _describe_error(exc))
                 self.metadata.request_update()
                 for b in batches:
-                    self._retry_or_fail(b, exc, now)
+                    if not b.result.done():
+                        self._retry_or_fail(b, exc, now)
                 return
             if response is None:  # acks=0
                 for b in batches:
@@ -377,71 +474,131 @@ class Sender:
                 if name is not None:
                     results[(name, int(part.index))] = part
             for b in batches:
-                p = results.get(b.tp)
-                if p is None:
-                    self._retry_or_fail(
-                        b, ProtocolError(f"produce response from node {node} lacks {b.tp}"), now)
-                    continue
-                code = int(p.error_code)
-                if code == 0:
-                    if self.pid is not None:
-                        self.pid.acknowledged(b.tp, b.base_sequence + b.record_count - 1)
-                    self.acc.complete(b, int(p.base_offset), _log_append_ms(p.log_append_time),
-                                      None)
-                elif code == _DUPLICATE_SEQUENCE:
-                    # Already written by an earlier attempt; the offset is not known.
-                    self.acc.complete(b, -1, -1, None)
-                else:
-                    if code in _METADATA_ERRORS:
-                        self.metadata.request_update()
-                    msg = p.error_message or None
-                    self._retry_or_fail(b, for_code(code, msg), now)
+                self._on_partition_response(node, b, results.get(b.tp), now)
         finally:
             # The Sender has work if batches are queued (held back behind this
             # request, or retried), or if it waits for something to finish. Waking it
             # for nothing costs a turn of the loop and a timer per response.
             if exc is not None or self.acc.closing or self.txn is not None \
-                    or (self.pid is not None and self.pid.bump_needed) \
-                    or any(self.acc.batches.values()):
+                    or any(self.acc.batches.values()) or self._recovering():
                 self.wakeup()
+
+    def _recovering(self) -> bool:
+        pid = self.pid
+        return pid is not None and bool(pid.recovering)
+
+    def _on_partition_response(self, node: int, b: ProducerBatch, p: Any,
+                               now: float) -> None:
+        pid = self.pid
+        expired = b.result.done()  # failed at delivery_timeout_ms while in flight
+        if p is None:
+            if not expired:
+                self._retry_or_fail(
+                    b, ProtocolError(f"produce response from node {node} lacks {b.tp}"), now)
+            return
+        code = int(p.error_code)
+        if code == 0 or code == _DUPLICATE_SEQUENCE:
+            # DUPLICATE_SEQUENCE: written by an earlier attempt; the offset is unknown.
+            if pid is not None and b.base_sequence >= 0:
+                pid.acknowledged(b)
+                self._unknown_outcome.discard(b)
+            if not expired:
+                offset = int(p.base_offset) if code == 0 else -1
+                self.acc.complete(b, offset, _log_append_ms(p.log_append_time) if code == 0
+                                  else -1, None)
+            return
+        if expired:
+            return  # its records already failed; the partition is marked unresolved
+        if code in _METADATA_ERRORS:
+            self.metadata.request_update()
+        msg = p.error_message or None
+        if code in _TOO_LARGE and b.record_count > 1 and self.fatal_error is None:
+            self._split(b, code, msg)
+            return
+        record_errors = getattr(p, "record_errors", None)
+        if record_errors:
+            self._fail_with_record_errors(b, code, msg, record_errors)
+            return
+        self._retry_or_fail(b, for_code(code, msg), now)
+
+    def _split(self, b: ProducerBatch, code: int, msg: str | None) -> None:
+        loop = b.result.get_loop()
+        pieces = self.acc.split(b, loop)
+        if self.pid is not None and b.base_sequence >= 0:
+            self.pid.replace(b, pieces)
+        log.info("%s-%d: the broker refused a batch of %d records (%d bytes) as too large "
+                 "(%s%s); split into %d batches", b.topic, b.partition, b.record_count,
+                 b.builder.size_in_bytes, ErrorCode(code).name.upper(),
+                 f": {msg}" if msg else "", len(pieces))
+
+    def _fail_with_record_errors(self, b: ProducerBatch, code: int, msg: str | None,
+                                 record_errors: Any) -> None:
+        """KIP-467: the broker named the invalid records of a batch it refused. They
+        get the broker's reason; the others a :class:`BatchRejectedError` (they were
+        not written either). As in Java, none of them is retried."""
+        errors: dict[int, BaseException] = {}
+        for rec in record_errors:
+            text = rec.batch_index_error_message or msg or ErrorCode(code).name
+            index = int(rec.batch_index)
+            errors[index] = (for_code(code, text) if len(record_errors) == 1
+                             else InvalidRecordError(text))
+        first = next(iter(errors.values()))
+        b.record_errors = errors
+        self._fail(b, BatchRejectedError(
+            f"not written: the broker refused the whole batch for {b.topic}-{b.partition} "
+            f"because {len(errors)} other record(s) in it were invalid ({first})"),
+            written=False)
 
     def _retry_or_fail(self, b: ProducerBatch, exc: BaseException, now: float) -> None:
         txn = self.txn
         if txn is not None and isinstance(exc, BrokerResponseError) \
                 and int(exc.code) in _FENCED:
-            self._fail(b, txn.fenced(int(exc.code), str(exc)))  # fatal: no retries
+            self._fail(b, txn.fenced(int(exc.code), str(exc)), written=False)  # fatal
             return
         retriable = bool(getattr(exc, "retriable", False))
         pid = self.pid
-        if pid is not None and b.base_sequence >= 0 and txn is not None \
-                and isinstance(exc, UnknownProducerIdError):
-            # The transaction cannot be completed: abort it (the epoch is bumped then).
-            retriable = False
-        elif pid is not None and b.base_sequence >= 0:
-            if isinstance(exc, OutOfOrderSequenceError) and (
-                    self._earlier_pending(b) or pid.bump_needed
-                    or not pid.is_next_sequence(b.tp, b.base_sequence)):
-                # An earlier batch is being resent, or failed for good and left a gap
-                # that the coming epoch bump closes: this batch is resent in order.
+        if pid is not None and b.base_sequence >= 0:
+            if txn is not None:
+                if isinstance(exc, UnknownProducerIdError):
+                    # The transaction cannot be completed: abort it (the epoch is
+                    # bumped then).
+                    retriable = False
+                elif isinstance(exc, OutOfOrderSequenceError) and (
+                        self._earlier_pending(b)
+                        or not pid.is_next_sequence(b.tp, b.base_sequence)):
+                    retriable = True  # an earlier batch is being resent first
+            elif isinstance(exc, OutOfOrderSequenceError):
+                # The idempotent producer retries every OUT_OF_ORDER_SEQUENCE (as
+                # Java). If the batch is the one the broker should take next, or the
+                # one right after an expired batch, there is a real gap: its
+                # partition gets new sequences under a local epoch bump first.
+                if not pid.resolve_unresolved(b.tp, b.base_sequence) \
+                        and not pid.is_unresolved(b.tp) \
+                        and pid.is_next_sequence(b.tp, b.base_sequence):
+                    pid.request_bump(b.tp, b.base_sequence)
                 retriable = True
             elif isinstance(exc, (UnknownProducerIdError, InvalidProducerEpochError)):
-                # The broker lost (or moved past) our producer state: bump the epoch
-                # (KIP-360) and resend under it; the batch was not written.
-                pid.batch_failed(b.tp)
+                # The broker lost (or moved past) our state on this partition: bump
+                # its epoch locally and resend; the batch was not written.
+                pid.request_bump(b.tp, b.base_sequence)
                 retriable = True
         if self._stopped:
             retriable = False
+        written = _written(exc)
         if retriable and b.attempts < self.retries:
             if now - b.created + self.acc.retry_backoff >= self.delivery_timeout:
-                self._fail(b, DeliveryTimeoutError(self._expiry_text(b, now, exc)))
+                self._fail(b, DeliveryTimeoutError(self._expiry_text(b, now, exc)),
+                           written=written)
                 return
             log.warning("produce to %s-%d failed, retrying (attempt %d, %d record(s), "
                         "sequence %d): %s", b.topic, b.partition, b.attempts + 2,
                         b.record_count, b.base_sequence, _describe_error(exc))
             b.last_error = exc
+            if written is None and self.pid is not None:
+                self._unknown_outcome.add(b)
             self.acc.reenqueue(b, now)
             return
-        self._fail(b, exc)
+        self._fail(b, exc, written=written)
 
     def _earlier_pending(self, b: ProducerBatch) -> bool:
         dq = self.acc.batches.get(b.tp)
@@ -450,11 +607,19 @@ class Sender:
         flying = self.in_flight.get(b.tp)
         return bool(flying) and any(0 <= x.base_sequence < b.base_sequence for x in flying or ())
 
-    def _fail(self, b: ProducerBatch, exc: BaseException) -> None:
+    def _fail(self, b: ProducerBatch, exc: BaseException, *, written: bool | None) -> None:
+        """Fail a batch for good. ``written``: whether the broker may have it (None:
+        unknown, False: refused); a batch with a sequence tells its partition's
+        idempotence state, which then resolves or bumps that partition only."""
         log.warning("failed to deliver %d record(s) to %s-%d (sequence %d, attempt %d): %s",
                     b.record_count, b.topic, b.partition, b.base_sequence, b.attempts + 1, exc)
+        if b in self._unknown_outcome:
+            # An earlier attempt may have been written (its answer was lost), so a
+            # refusal of this one proves nothing about the log.
+            self._unknown_outcome.discard(b)
+            written = None
         if self.pid is not None and b.base_sequence >= 0:
-            self.pid.batch_failed(b.tp)
+            self.pid.failed(b, written=written)
         self.metrics.records_failed(b.topic, b.record_count, time.monotonic())
         self.acc.complete(b, -1, -1, exc)
         if self.txn is not None:
@@ -464,7 +629,7 @@ class Sender:
         for tp, dq in self.acc.batches.items():
             if dq and cluster.leaders.get(tp) == node:
                 while dq:
-                    self._fail(dq.popleft(), error)
+                    self._fail(dq.popleft(), error, written=False)
 
     def _abort_queued(self, error: KafkaError) -> None:
         """Transactions: fail the queued batches of an aborted or failed transaction."""
@@ -521,6 +686,15 @@ class Sender:
             await self.pid.init(time.monotonic())
         finally:
             self.wakeup()
+
+
+def _written(exc: BaseException) -> bool | None:
+    """Whether a batch that got ``exc`` may be in the log: False when a broker
+    refused it, None (unknown) after a lost connection or a timeout, or an answer
+    that the leader wrote it without enough replicas."""
+    if isinstance(exc, BrokerResponseError) and int(exc.code) not in _MAYBE_WRITTEN:
+        return False
+    return None
 
 
 def _describe_error(exc: BaseException) -> str:

@@ -147,24 +147,29 @@ async def test_first_batch_of_a_partition_is_alone_in_flight(kafka_bootstrap: st
     assert [decode(m.value) for m in consumed] == list(range(2000))
 
 
-async def test_one_epoch_bump_at_a_time(kafka_bootstrap: str, topic_factory: Any) -> None:
-    """Two Sender passes before the InitProducerId task first runs start one bump, not
-    two. (Two bumps in a row gave a new producer id between a batch's first attempt
-    and its retry, and the broker wrote the retry again: a duplicate.)"""
+async def test_local_epoch_bump_sends_no_init_producer_id(kafka_bootstrap: str,
+                                                          topic_factory: Any) -> None:
+    """A partition that needs new sequences gets them under a local epoch bump (same
+    producer id, epoch + 1): no InitProducerId round trip, and the broker takes the
+    new epoch from sequence 0. (An InitProducerId without a transactional id hands out
+    a new producer id, and the broker cannot deduplicate across ids.)"""
     topic = topic_factory()
     async with ProxyCluster.start(kafka_bootstrap) as proxies, \
             Producer(bootstrap_servers=proxies.bootstrap, linger_ms=0) as producer:
         await producer.send_and_wait(topic, b"first")
         sender = producer._sender
         assert sender is not None and sender.pid is not None
+        pid = sender.pid
         before = proxies.requests(22)
-        old = (sender.pid.producer_id, sender.pid.epoch)
-        sender.pid.bump_needed = True
+        old = (pid.producer_id, pid.partitions[(topic, 0)].epoch)
+        pid.request_bump((topic, 0), pid.partitions[(topic, 0)].next_sequence)
         loop = asyncio.get_running_loop()
         sender.run_once(loop.time())
         sender.run_once(loop.time())
         await producer.send_and_wait(topic, b"second")
-        assert proxies.requests(22) - before == 1
-        assert (sender.pid.producer_id, sender.pid.epoch) != old
+        entry = pid.partitions[(topic, 0)]
+        assert proxies.requests(22) - before == 0
+        assert (pid.producer_id, entry.epoch) == (old[0], old[1] + 1)
+        assert entry.last_acked == 0  # "second" went out as sequence 0 of the new epoch
     got = consume_all(kafka_bootstrap, topic, 2)
     assert [r.value for r in got] == [b"first", b"second"]

@@ -254,6 +254,10 @@ class KafkaClient:
             return conn
         return None
 
+    def connections(self) -> list[BrokerConnection]:
+        """Every live connection."""
+        return [c for c in self._conns.values() if c.is_connected]
+
     def in_flight_total(self) -> int:
         """Requests in flight on all connections."""
         return sum(c.in_flight for c in self._conns.values())
