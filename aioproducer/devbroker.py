@@ -601,6 +601,27 @@ def _signal(pid: int | None, sig: int) -> None:
             os.kill(pid, sig)
 
 
+def _pid_paused(pid: int | None) -> bool:
+    """Whether ``pid`` is stopped by a signal (SIGSTOP): ``T`` in /proc/<pid>/stat."""
+    if not pid:
+        return False
+    stat = _proc_stat(pid)
+    return stat is not None and stat[0] == "T"
+
+
+def _wait_paused(pid: int, paused: bool, timeout: float) -> bool:
+    """Until ``pid`` is (``paused``) or is not stopped; False on timeout. Without /proc
+    there is nothing to look at: True at once."""
+    if not Path("/proc/self/stat").exists():
+        return True
+    deadline = time.monotonic() + timeout
+    while _pid_paused(pid) != paused:
+        if time.monotonic() > deadline or not _pid_alive(pid):
+            return False
+        time.sleep(0.01)
+    return True
+
+
 def _spawn(argv: Sequence[str], output: Path, env: Mapping[str, str] | None = None) -> int:
     """Start ``argv`` detached (own session, stdin from /dev/null, stdout and stderr
     appended to ``output``) and return its pid."""
@@ -632,6 +653,7 @@ def _terminate(pids: Mapping[int, str | None], timeout: float) -> None:
     alive = {p: m for p, m in pids.items() if _pid_alive(p, m)}
     for pid in alive:
         _signal(pid, signal.SIGTERM)
+        _signal(pid, signal.SIGCONT)  # a paused (SIGSTOP) process must run to exit
     left = _wait_gone(alive, timeout)
     for pid in left:
         _signal(pid, signal.SIGKILL)
@@ -776,6 +798,7 @@ while True:
         for pid, marker in nodes:
             if alive(pid, marker):
                 os.kill(pid, signal.SIGTERM)
+                os.kill(pid, signal.SIGCONT)  # a paused (SIGSTOP) node must run to exit
         end = time.monotonic() + 30
         while time.monotonic() < end and any(alive(p, m) for p, m in nodes):
             time.sleep(0.2)
@@ -1663,6 +1686,41 @@ class LocalKafka:
             _terminate({node["pid"]: node.get("marker")}, timeout)
         self._mark_down(i)
 
+    def pause_node(self, i: int, timeout: float = 10.0) -> None:
+        """SIGSTOP node ``i``: its JVM freezes (no heartbeats, no replication, no
+        answers; connections stay open) until :meth:`resume_node`. Waits until the
+        process is stopped. Neither the watchdog nor :meth:`node_alive` treats a paused
+        node as gone; :meth:`stop`, :meth:`stop_node`, :meth:`start_node` and
+        :meth:`ensure_running` resume it first."""
+        pid = self.node_pid(i)
+        if pid is None:
+            raise RuntimeError(f"node {i} does not run")
+        _signal(pid, signal.SIGSTOP)
+        if not _wait_paused(pid, True, timeout):
+            raise RuntimeError(f"node {i} (pid {pid}) did not stop within {timeout:.0f} s")
+
+    def resume_node(self, i: int, timeout: float = 10.0) -> None:
+        """SIGCONT node ``i`` (after :meth:`pause_node`; harmless on a running node) and
+        wait until the process runs again. It does not wait until the broker answers:
+        use :meth:`wait_ready` for that."""
+        pid = self.node_pid(i)
+        if pid is None:
+            return
+        _signal(pid, signal.SIGCONT)
+        if not _wait_paused(pid, False, timeout):
+            raise RuntimeError(f"node {i} (pid {pid}) did not resume within {timeout:.0f} s")
+
+    def node_paused(self, i: int) -> bool:
+        """Whether node ``i`` runs but is stopped by SIGSTOP (:meth:`pause_node`)."""
+        return _pid_paused(self.node_pid(i))
+
+    def resume_all(self) -> None:
+        """SIGCONT every node that runs (paused or not)."""
+        state = self._load()
+        for node in (state or {}).get("nodes", []):
+            if node.get("pid") and _pid_alive(node["pid"], node.get("marker")):
+                _signal(node["pid"], signal.SIGCONT)
+
     def _mark_down(self, i: int) -> None:
         state = self._state()
         self._node(state, i)["pid"] = None
@@ -1681,6 +1739,8 @@ class LocalKafka:
             self._spawn_node(state, i)
             self._ensure_watchdog(state)
             self._save(state)
+        else:
+            _signal(node["pid"], signal.SIGCONT)  # a paused node would never answer
         self._wait_ready(time.monotonic() + timeout, timeout)
 
     def ensure_running(self, timeout: float = 120.0) -> str:
@@ -1690,6 +1750,7 @@ class LocalKafka:
                 self.nodes) or bool(state.get("secure")) != self.secure:
             return self.start(timeout)
         deadline = time.monotonic() + timeout
+        self.resume_all()  # a paused node is alive but would never answer
         for i in range(self.nodes):
             if not self.node_alive(i):
                 self.start_node(i, max(1.0, deadline - time.monotonic()))

@@ -1,0 +1,868 @@
+"""Chaos soak: "exactly once, in order" for the idempotent producer under faults.
+
+``python -m bench.chaos --records 1000000 --seed N`` (run from the repository root)
+starts a three-node local KRaft cluster (:class:`aioproducer.devbroker.LocalKafka`),
+creates a topic with replication factor 3, ``min.insync.replicas=2`` and 16 partitions,
+and streams keyed records (each value carries its send index) at a paced rate through
+``Producer(bootstrap_servers=..., linger_ms=5)`` (acks=all, idempotence at its
+default), while a schedule drawn from ``random.Random(seed)`` injects faults one after
+the other, each bounded in time:
+
+``kill``
+    SIGKILL the node leading some partition, restart it after a few seconds.
+``pause``
+    SIGSTOP the two followers of some partition for ``pause_seconds``, then SIGCONT
+    (acks=all waits while the leader has written).
+``reset``
+    close every producer connection (fault proxy).
+``drop_acks``
+    the next ``k`` Produce responses of the node leading some partition are lost after
+    the broker wrote the batch (fault proxy).
+
+And about once a second, two poison records, each to its own one-partition topic so
+that the main topic's accounting stays clean: a record with no key to a compacted
+topic (the broker refuses it: ``InvalidRecordError``), and a record of
+``poison_big_bytes`` to a topic whose ``max.message.bytes`` is smaller
+(``MessageTooLargeError``).
+
+Afterwards everything is read back with confluent-kafka (an independent client) and
+checked (:meth:`ChaosReport.violations`):
+
+* every acknowledged record is in the log exactly once, at the offset the producer
+  reported; per key, the log order is the send order;
+* every failed record has a typed :class:`aioproducer.KafkaError`; main-topic records
+  must not fail at all (``delivery_timeout_ms`` is well above the longest fault); each
+  poison record fails with the error of its cause;
+* no future is pending after ``await producer.close()``;
+* InitProducerId requests (counted by the proxies) are at most 1 + the number of
+  *epoch-bump events*.  This producer bumps its epoch after a batch the broker refused
+  (KIP-360; ``tests/test_delivery_faults.py::test_fatal_batch_error_bumps_epoch``), and
+  every refused poison record is such a batch, so each one counts as an event; the
+  faults themselves (kills, pauses, resets, lost acks) count as none;
+* the longest gap between consecutive main-topic acknowledgements after the last fault
+  ended (from its end to the first ack, between acks, and from the last ack to the end
+  of the wait if records were still unacknowledged) is below ``max_ack_gap`` seconds;
+* ``send()`` never blocked longer than ``max_block_ms`` (plus a little slack).
+
+The fault proxy.  The engine (:func:`run_chaos`) imports nothing from ``tests/``: the
+caller passes the proxy in as ``proxy``, an object with the interface of
+``tests/faultproxy.py``'s ``ProxyCluster`` (``bootstrap``, ``drop_connections()``,
+``requests(api_key)``, ``clear_faults()``, ``proxy_for_node(node_id)`` whose result
+has ``drop_after_request(api_key, count)`` and ``stats["responses_dropped"]``).
+``tests/test_chaos.py`` passes a ``ProxyCluster``.  The command line imports
+``tests.faultproxy`` only when the repository's ``tests`` directory is importable (run
+from the repository root); otherwise, or with ``--no-proxy``, the producer talks to the
+brokers directly, the ``reset`` and ``drop_acks`` faults are left out of the schedule,
+and InitProducerId requests are not counted (reported as ``n/a``).
+
+``--no-faults`` (``ChaosConfig(faults=False)``) runs the same stream with an empty
+schedule: it checks the harness itself, and must pass on any correct producer.
+``--no-poison`` leaves the poison records out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import itertools
+import random
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aioproducer import KafkaError, Producer, RecordMetadata
+from aioproducer.devbroker import LocalKafka
+from aioproducer.errors import (
+    BrokerResponseError,
+    InvalidRecordError,
+    MessageTooLargeError,
+    RecordTooLargeError,
+)
+
+__all__ = ["ChaosConfig", "ChaosReport", "Event", "main", "make_schedule", "run_chaos"]
+
+API_PRODUCE = 0
+API_INIT_PRODUCER_ID = 22
+
+KILL, PAUSE, RESET, DROP_ACKS = "kill", "pause", "reset", "drop_acks"
+PROXY_FAULTS = (RESET, DROP_ACKS)
+
+# What a poison record must fail with, by poison kind.
+POISON_EXPECTED: dict[str, tuple[type[KafkaError], ...]] = {
+    "null_key_compacted": (InvalidRecordError,),
+    "too_large": (MessageTooLargeError, RecordTooLargeError),
+}
+
+
+def encode(i: int, size: int = 32) -> bytes:
+    """A value that carries its send index (first 8 bytes, big-endian)."""
+    return i.to_bytes(8, "big") + b"." * (size - 8)
+
+
+def decode(value: bytes | None) -> int:
+    if value is None or len(value) < 8:
+        return -1
+    return int.from_bytes(value[:8], "big")
+
+
+# -- configuration and schedule ---------------------------------------------------------
+
+@dataclass
+class ChaosConfig:
+    records: int = 1_000_000
+    rate: float = 5_000.0               # records/s sent to the main topic
+    seed: int = 0
+    faults: bool = True
+    poison: bool = True
+    keys: int = 64
+    partitions: int = 16
+    value_size: int = 32
+    fault_start: float = 5.0            # first fault no earlier (s after the stream starts)
+    tail_seconds: float = 20.0          # faults end this long before the stream does
+    pause_seconds: float = 10.0
+    kill_down: tuple[float, float] = (2.0, 5.0)   # a killed node stays down this long
+    restart_estimate: float = 20.0      # planning only: how long a restart takes
+    gap: tuple[float, float] = (2.0, 5.0)         # between two faults
+    drop_acks: tuple[int, int] = (1, 4)           # responses lost per drop_acks fault
+    poison_interval: float = 1.0
+    poison_big_bytes: int = 50_000
+    poison_max_message_bytes: int = 20_000
+    linger_ms: int = 5
+    delivery_timeout_ms: int = 60_000
+    max_block_ms: int = 60_000
+    node_timeout: float = 120.0         # start_node / ensure_running
+    settle_timeout: float = 90.0        # wait for the futures after the last send
+    close_timeout: float = 30.0
+    consume_timeout: float = 180.0
+    max_ack_gap: float = 15.0
+    wall_timeout: float | None = None   # sending stops then (default: 3 x planned)
+    producer_options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def planned_seconds(self) -> float:
+        return self.records / self.rate
+
+
+@dataclass
+class Event:
+    at: float                 # planned start, seconds after the stream started
+    kind: str
+    partition: int            # the partition whose leader / followers are hit
+    duration: float = 0.0     # kill: time down; pause: time paused
+    count: int = 0            # drop_acks: responses lost
+    # Filled in when it runs:
+    started: float | None = None
+    ended: float | None = None
+    nodes: list[int] = field(default_factory=list)
+    note: str = ""
+
+    def describe(self) -> str:
+        what = {KILL: f"kill leader(p{self.partition}) {self.duration:.1f}s",
+                PAUSE: f"pause followers(p{self.partition}) {self.duration:.1f}s",
+                RESET: "reset connections",
+                DROP_ACKS: f"drop {self.count} acks of leader(p{self.partition})"}[self.kind]
+        s = f"@{self.at:.1f}s {what}"
+        if self.started is not None:
+            s += f" [ran {self.started:.1f}-{(self.ended or self.started):.1f}s"
+            s += f" nodes={self.nodes}" if self.nodes else ""
+            s += f" {self.note}" if self.note else ""
+            s += "]"
+        return s
+
+
+def _estimate(ev: Event, cfg: ChaosConfig) -> float:
+    if ev.kind == KILL:
+        return ev.duration + cfg.restart_estimate
+    if ev.kind == PAUSE:
+        return ev.duration + 3.0
+    return 1.0
+
+
+def make_schedule(cfg: ChaosConfig, *, proxy: bool) -> list[Event]:
+    """Faults from ``random.Random(cfg.seed)``: one of each kind first (shuffled), then
+    random kinds while the planned window (``fault_start`` to ``planned_seconds -
+    tail_seconds``) has room. Planned times assume the previous fault took its
+    estimate; at run time a fault starts at its time or when the previous one ended."""
+    if not cfg.faults:
+        return []
+    rng = random.Random(cfg.seed)
+    kinds = [KILL, PAUSE] + (list(PROXY_FAULTS) if proxy else [])
+    first = kinds[:]
+    rng.shuffle(first)
+    window_end = cfg.planned_seconds - cfg.tail_seconds
+
+    def draw(kind: str, at: float) -> Event:
+        p = rng.randrange(cfg.partitions)
+        if kind == KILL:
+            return Event(at, kind, p, duration=round(rng.uniform(*cfg.kill_down), 1))
+        if kind == PAUSE:
+            return Event(at, kind, p, duration=cfg.pause_seconds)
+        if kind == DROP_ACKS:
+            return Event(at, kind, p, count=rng.randint(*cfg.drop_acks))
+        return Event(at, kind, p)
+
+    events: list[Event] = []
+    t = cfg.fault_start
+    for kind in first:  # always one of each, even past the window
+        ev = draw(kind, round(t, 1))
+        events.append(ev)
+        t += _estimate(ev, cfg) + rng.uniform(*cfg.gap)
+    while True:
+        ev = draw(rng.choice(kinds), round(t, 1))
+        if t + _estimate(ev, cfg) > window_end:
+            break
+        events.append(ev)
+        t += _estimate(ev, cfg) + rng.uniform(*cfg.gap)
+    return events
+
+
+# -- the report -------------------------------------------------------------------------
+
+def _error_name(exc: BaseException) -> str:
+    name = type(exc).__name__
+    if type(exc) is BrokerResponseError:  # the generic class: name the code too
+        code = getattr(exc, "code", None)
+        name += f"({getattr(code, 'name', code)})"
+    return name
+
+
+@dataclass
+class ChaosReport:
+    seed: int
+    faults: bool
+    schedule: list[Event]
+    records: int = 0                 # planned
+    sent: int = 0                    # send() returned a future
+    send_errors: Counter[str] = field(default_factory=Counter)
+    acknowledged: int = 0
+    failed: Counter[str] = field(default_factory=Counter)
+    untyped: list[str] = field(default_factory=list)
+    unfinished_at_settle: int = 0
+    pending_after_close: int = 0
+    consumed: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    duplicates_by_partition: Counter[int] = field(default_factory=Counter)
+    duplicates_sent_at: tuple[float, float] | None = None  # s after the stream started
+    out_of_order: int = 0
+    wrong_offset: int = 0
+    written_but_failed: int = 0
+    unknown_in_log: int = 0
+    poison_sent: int = 0
+    poison_outcomes: Counter[str] = field(default_factory=Counter)
+    poison_wrong: int = 0
+    epoch_bump_events: int = 0
+    init_producer_id: int | None = None
+    max_send_block: float = 0.0
+    max_block_limit: float = 0.0
+    fault_end: float = 0.0           # s after the stream started
+    stream_end: float = 0.0
+    tail: float = 0.0                # time without faults after the last one
+    max_ack_gap_after_faults: float = 0.0
+    max_ack_gap_overall: float = 0.0
+    max_ack_gap_limit: float = 0.0
+    elapsed: float = 0.0
+    harness_errors: list[str] = field(default_factory=list)
+
+    def violations(self) -> list[str]:
+        v: list[str] = []
+        if self.harness_errors:
+            v.append(f"harness errors: {self.harness_errors}")
+        if self.sent < self.records:
+            v.append(f"only {self.sent} of {self.records} records sent")
+        if self.lost:
+            v.append(f"{self.lost} acknowledged records lost")
+        if self.duplicated:
+            v.append(f"{self.duplicated} duplicates in the log")
+        if self.out_of_order:
+            v.append(f"{self.out_of_order} records out of send order (per key)")
+        if self.wrong_offset:
+            v.append(f"{self.wrong_offset} acknowledged at an offset where they are not")
+        if self.unknown_in_log:
+            v.append(f"{self.unknown_in_log} records in the log that were never sent")
+        if sum(self.failed.values()) or sum(self.send_errors.values()):
+            v.append(f"main-topic records failed: {dict(self.failed)} "
+                     f"send errors: {dict(self.send_errors)}")
+        if self.untyped:
+            v.append(f"failures without a typed KafkaError: {self.untyped[:3]}")
+        if self.pending_after_close:
+            v.append(f"{self.pending_after_close} futures pending after close()")
+        if self.poison_wrong:
+            v.append(f"{self.poison_wrong} poison records without the error of their "
+                     f"cause: {dict(self.poison_outcomes)}")
+        if self.init_producer_id is not None and (
+                self.init_producer_id > 1 + self.epoch_bump_events):
+            v.append(f"{self.init_producer_id} InitProducerId requests, allowed "
+                     f"1 + {self.epoch_bump_events}")
+        if self.max_ack_gap_after_faults >= self.max_ack_gap_limit:
+            v.append(f"acks stalled {self.max_ack_gap_after_faults:.1f} s after the last "
+                     f"fault (limit {self.max_ack_gap_limit:.0f} s)")
+        if self.max_send_block > self.max_block_limit:
+            v.append(f"send() blocked {self.max_send_block:.2f} s "
+                     f"(max_block_ms {self.max_block_limit:.1f} s)")
+        return v
+
+    def _dup_detail(self) -> str:
+        if not self.duplicated:
+            return ""
+        at = self.duplicates_sent_at or (0.0, 0.0)
+        return (f"(by partition {dict(sorted(self.duplicates_by_partition.items()))}, "
+                f"sent at {at[0]:.1f}-{at[1]:.1f}s) ")
+
+    def line(self) -> str:
+        ipi = "n/a" if self.init_producer_id is None else str(self.init_producer_id)
+        verdict = self.violations()
+        return (
+            f"CHAOS seed={self.seed} faults={'on' if self.faults else 'off'} "
+            f"schedule=[{'; '.join(e.describe() for e in self.schedule)}] "
+            f"records={self.records} sent={self.sent} acked={self.acknowledged} "
+            f"failed={sum(self.failed.values())} failures={dict(self.failed)} "
+            f"send_errors={dict(self.send_errors)} untyped={len(self.untyped)} "
+            f"consumed={self.consumed} lost={self.lost} duplicated={self.duplicated} "
+            f"{self._dup_detail()}"
+            f"out_of_order={self.out_of_order} wrong_offset={self.wrong_offset} "
+            f"written_but_failed={self.written_but_failed} "
+            f"unfinished_at_settle={self.unfinished_at_settle} "
+            f"pending_after_close={self.pending_after_close} "
+            f"poison_sent={self.poison_sent} poison={dict(self.poison_outcomes)} "
+            f"poison_wrong={self.poison_wrong} init_producer_id={ipi} "
+            f"(allowed<={1 + self.epoch_bump_events}) "
+            f"max_send_block={self.max_send_block:.3f}s "
+            f"fault_end={self.fault_end:.1f}s stream_end={self.stream_end:.1f}s "
+            f"tail={self.tail:.1f}s max_ack_gap_after_faults="
+            f"{self.max_ack_gap_after_faults:.2f}s "
+            f"max_ack_gap_overall={self.max_ack_gap_overall:.2f}s "
+            f"elapsed={self.elapsed:.1f}s "
+            f"verdict={'PASS' if not verdict else 'FAIL: ' + ' | '.join(verdict)}")
+
+
+# -- Kafka helpers (confluent-kafka: independent of the producer under test) -------------
+
+def _admin(bootstrap: str) -> Any:
+    from confluent_kafka.admin import AdminClient
+    return AdminClient({"bootstrap.servers": bootstrap})
+
+
+def partition_replicas(bootstrap: str, topic: str,
+                       timeout: float = 10.0) -> dict[int, tuple[int, list[int]]]:
+    """partition -> (leader node id, replica node ids), as the cluster reports it now."""
+    md = _admin(bootstrap).list_topics(topic, timeout=timeout)
+    return {p: (info.leader, list(info.replicas))
+            for p, info in md.topics[topic].partitions.items()}
+
+
+def create_topic(bootstrap: str, name: str, partitions: int, replication: int,
+                 config: dict[str, str], timeout: float = 60.0) -> None:
+    from confluent_kafka.cimpl import NewTopic
+    admin = _admin(bootstrap)
+    futures = admin.create_topics(
+        [NewTopic(name, num_partitions=partitions, replication_factor=replication,
+                  config=config)], operation_timeout=timeout, request_timeout=timeout)
+    futures[name].result(timeout=timeout + 5)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            reps = partition_replicas(bootstrap, name, timeout=5)
+            if len(reps) == partitions and all(ld >= 0 for ld, _ in reps.values()):
+                return
+        except Exception:
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"topic {name}: no leader on every partition "
+                               f"after {timeout:.0f} s")
+        time.sleep(0.1)
+
+
+def delete_topics(bootstrap: str, names: Sequence[str], timeout: float = 30.0) -> None:
+    admin = _admin(bootstrap)  # kept alive until the futures are done
+    futures = admin.delete_topics(list(names), operation_timeout=timeout,
+                                  request_timeout=timeout)
+    for f in futures.values():
+        try:
+            f.result(timeout=timeout + 5)
+        except Exception as exc:
+            print(f"chaos: could not delete a topic: {exc}", file=sys.stderr)
+
+
+def read_back(bootstrap: str, topic: str,
+              timeout: float) -> list[tuple[int, int, bytes | None, bytes | None]]:
+    """Every record of ``topic`` as (partition, offset, key, value): each partition is
+    read from its start up to its high watermark taken first (the producer is closed,
+    so nothing is written any more). Raises TimeoutError if that takes over
+    ``timeout`` seconds, and on any consumer error."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": f"chaos-{uuid.uuid4().hex}",
+        "enable.auto.commit": False, "auto.offset.reset": "earliest",
+        "check.crcs": True, "fetch.wait.max.ms": 100,
+        "isolation.level": "read_uncommitted"})
+    deadline = time.monotonic() + timeout
+    out: list[tuple[int, int, bytes | None, bytes | None]] = []
+    try:
+        md = consumer.list_topics(topic, timeout=30)
+        parts = sorted(md.topics[topic].partitions)
+        ends: dict[int, int] = {}
+        for p in parts:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p),
+                                                       timeout=30, cached=False)
+            if high > low:
+                ends[p] = high
+        consumer.assign([TopicPartition(topic, p, -2) for p in ends])  # -2: beginning
+        while ends:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"read back {len(out)} records of {topic}; partitions "
+                                   f"{sorted(ends)} not read to their end in {timeout:.0f} s")
+            for msg in consumer.consume(num_messages=10_000, timeout=0.5):
+                err = msg.error()
+                if err is not None:
+                    if err.code() == err._PARTITION_EOF:
+                        continue
+                    raise KafkaException(err)
+                p, off = int(msg.partition() or 0), int(msg.offset() or 0)
+                out.append((p, off, msg.key(), msg.value()))
+                if p in ends and off >= ends[p] - 1:
+                    del ends[p]
+    finally:
+        consumer.close()
+    return out
+
+
+# -- the run ----------------------------------------------------------------------------
+
+class _Run:
+    def __init__(self, cluster: LocalKafka, cfg: ChaosConfig, proxy: Any | None,
+                 log: Callable[[str], None]) -> None:
+        self.cluster = cluster
+        self.cfg = cfg
+        self.proxy = proxy
+        self.log = log
+        self.bootstrap = cluster.bootstrap
+        tag = f"{cfg.seed}-{uuid.uuid4().hex[:8]}"
+        self.topic = f"chaos-{tag}"
+        self.poison_topics = {"null_key_compacted": f"chaos-poison-compact-{tag}",
+                              "too_large": f"chaos-poison-big-{tag}"}
+        self.schedule = make_schedule(cfg, proxy=proxy is not None)
+        self.report = ChaosReport(seed=cfg.seed, faults=cfg.faults, schedule=self.schedule,
+                                  records=cfg.records,
+                                  max_block_limit=cfg.max_block_ms / 1000.0 + 0.5,
+                                  max_ack_gap_limit=cfg.max_ack_gap)
+        self.results: list[Any] = [None] * cfg.records
+        self.futures: list[Any] = []
+        self.ack_times: list[float] = []
+        self.poison: list[tuple[str, Any]] = []   # (kind, future or exception)
+        self.t0 = 0.0
+        self.sending = True
+        self.send_failed: set[int] = set()
+        self.killed: set[int] = set()
+        self.paused: set[int] = set()
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    # -- producing --
+
+    def _done(self, i: int, fut: Any) -> None:
+        try:
+            exc = fut.exception()
+        except BaseException as e:
+            exc = e
+        if exc is None:
+            self.results[i] = fut.result()
+            self.ack_times.append(time.monotonic())
+        else:
+            self.results[i] = exc
+
+    async def _send_main(self, producer: Producer, deadline: float) -> None:
+        cfg, rep = self.cfg, self.report
+        keys = [f"key-{k:03d}".encode() for k in range(cfg.keys)]
+        n, i = cfg.records, 0
+        while i < n:
+            now = time.monotonic()
+            if now > deadline:
+                rep.harness_errors.append(f"wall time over: stopped sending at record {i}")
+                break
+            due = min(n, int((now - self.t0) * cfg.rate) + 1)
+            while i < due:
+                t = time.monotonic()
+                try:
+                    fut = await producer.send(self.topic, encode(i, cfg.value_size),
+                                              key=keys[i % cfg.keys])
+                except Exception as exc:
+                    self.results[i] = exc
+                    self.send_failed.add(i)
+                    rep.send_errors[_error_name(exc)] += 1
+                    if not isinstance(exc, KafkaError):
+                        rep.untyped.append(repr(exc))
+                else:
+                    rep.sent += 1
+                    self.futures.append(fut)
+                    fut.add_done_callback(functools.partial(self._done, i))
+                rep.max_send_block = max(rep.max_send_block, time.monotonic() - t)
+                i += 1
+            if i < n:
+                await asyncio.sleep(max(0.0, self.t0 + i / cfg.rate - time.monotonic()))
+        self.sending = False
+
+    async def _send_poison(self, producer: Producer) -> None:
+        cfg = self.cfg
+        big = b"x" * cfg.poison_big_bytes
+        while self.sending:
+            for kind, topic in self.poison_topics.items():
+                key = None if kind == "null_key_compacted" else b"big"
+                value = b"poison" if kind == "null_key_compacted" else big
+                t = time.monotonic()
+                try:
+                    self.poison.append((kind, await producer.send(topic, value, key=key)))
+                except Exception as exc:
+                    self.poison.append((kind, exc))
+                self.report.max_send_block = max(self.report.max_send_block,
+                                                 time.monotonic() - t)
+            await asyncio.sleep(cfg.poison_interval)
+
+    # -- faults --
+
+    async def _leader_and_followers(self, partition: int) -> tuple[int, list[int]]:
+        reps = await asyncio.to_thread(partition_replicas, self.bootstrap, self.topic)
+        leader, replicas = reps[partition]
+        return leader, [r for r in replicas if r != leader]
+
+    async def _run_event(self, ev: Event) -> None:
+        cluster, proxy = self.cluster, self.proxy
+        assert proxy is not None or ev.kind not in PROXY_FAULTS
+        if ev.kind == KILL:
+            leader, _ = await self._leader_and_followers(ev.partition)
+            ev.nodes = [leader]
+            self.killed.add(leader)
+            await asyncio.to_thread(cluster.kill_node, leader)
+            await asyncio.sleep(ev.duration)
+            await asyncio.to_thread(cluster.start_node, leader, self.cfg.node_timeout)
+            self.killed.discard(leader)
+        elif ev.kind == PAUSE:
+            leader, followers = await self._leader_and_followers(ev.partition)
+            ev.nodes = followers
+            ev.note = f"leader={leader}"
+            try:
+                for node in followers:
+                    self.paused.add(node)
+                    await asyncio.to_thread(cluster.pause_node, node)
+                await asyncio.sleep(ev.duration)
+            finally:
+                for node in followers:
+                    await asyncio.to_thread(cluster.resume_node, node)
+                    self.paused.discard(node)
+        elif ev.kind == RESET and proxy is not None:
+            proxy.drop_connections()
+        elif ev.kind == DROP_ACKS and proxy is not None:
+            leader, _ = await self._leader_and_followers(ev.partition)
+            ev.nodes = [leader]
+            fp = proxy.proxy_for_node(leader)
+            before = fp.stats["responses_dropped"]
+            fp.drop_after_request(API_PRODUCE, count=ev.count)
+            limit = time.monotonic() + 10.0
+            while (fp.stats["responses_dropped"] - before < ev.count
+                   and time.monotonic() < limit):
+                await asyncio.sleep(0.05)
+            dropped = fp.stats["responses_dropped"] - before
+            fp.drop_after_request(API_PRODUCE, count=0)  # cancel what is left
+            ev.note = f"dropped={dropped}"
+
+    async def _faults(self) -> None:
+        for ev in self.schedule:
+            wait = ev.at - self.now()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            if not self.sending:
+                ev.note = "skipped: the stream had ended"
+                continue
+            ev.started = self.now()
+            self.log(f"chaos: {self.now():7.1f}s start {ev.describe()}")
+            try:
+                await self._run_event(ev)
+            except Exception as exc:
+                self.report.harness_errors.append(f"{ev.kind}: {exc!r}")
+                ev.note += f" error={exc!r}"
+            ev.ended = self.now()
+            self.report.fault_end = max(self.report.fault_end, ev.ended)
+            self.log(f"chaos: {self.now():7.1f}s end   {ev.describe()}")
+
+    async def _heal(self) -> None:
+        """Resume paused nodes, restart killed ones, clear proxy faults."""
+        if self.proxy is not None:
+            self.proxy.clear_faults()
+        try:
+            await asyncio.to_thread(self.cluster.resume_all)
+            await asyncio.to_thread(self.cluster.ensure_running, self.cfg.node_timeout)
+        except Exception as exc:
+            self.report.harness_errors.append(f"could not heal the cluster: {exc!r}")
+
+    # -- the whole run --
+
+    async def run(self) -> ChaosReport:
+        cfg, rep = self.cfg, self.report
+        started = time.monotonic()
+        self.log(f"chaos: seed={cfg.seed} records={cfg.records} rate={cfg.rate:.0f}/s "
+                 f"faults={'on' if cfg.faults else 'off'} poison="
+                 f"{'on' if cfg.poison else 'off'} proxy={'yes' if self.proxy else 'no'}")
+        self.log("chaos: schedule: " + ("; ".join(e.describe() for e in self.schedule)
+                                        or "(none)"))
+        rf = min(3, self.cluster.nodes)
+        await asyncio.to_thread(
+            create_topic, self.bootstrap, self.topic, cfg.partitions, rf,
+            {"min.insync.replicas": str(min(2, rf))})
+        if cfg.poison:
+            await asyncio.to_thread(
+                create_topic, self.bootstrap, self.poison_topics["null_key_compacted"], 1,
+                rf, {"min.insync.replicas": str(min(2, rf)), "cleanup.policy": "compact"})
+            await asyncio.to_thread(
+                create_topic, self.bootstrap, self.poison_topics["too_large"], 1, rf,
+                {"min.insync.replicas": str(min(2, rf)),
+                 "max.message.bytes": str(cfg.poison_max_message_bytes)})
+        ipi_before = self.proxy.requests(API_INIT_PRODUCER_ID) if self.proxy else 0
+        bootstrap = self.proxy.bootstrap if self.proxy is not None else self.bootstrap
+        options: dict[str, Any] = dict(linger_ms=cfg.linger_ms,
+                                       delivery_timeout_ms=cfg.delivery_timeout_ms,
+                                       max_block_ms=cfg.max_block_ms)
+        options.update(cfg.producer_options)
+        producer = Producer(bootstrap_servers=bootstrap, **options)
+        tasks: list[asyncio.Task[None]] = []
+        try:
+            await asyncio.wait_for(producer.start(), cfg.max_block_ms / 1000 + 10)
+            self.t0 = time.monotonic()
+            wall = cfg.wall_timeout or max(3 * cfg.planned_seconds, cfg.planned_seconds + 300)
+            send_task = asyncio.create_task(self._send_main(producer, self.t0 + wall))
+            tasks.append(send_task)
+            if cfg.poison:
+                tasks.append(asyncio.create_task(self._send_poison(producer)))
+            fault_task = asyncio.create_task(self._faults())
+            tasks.append(fault_task)
+            try:
+                await asyncio.wait_for(asyncio.shield(send_task), wall + 60)
+            finally:
+                self.sending = False
+                rep.stream_end = self.now()
+                try:  # a fault still running (a restart) ends by itself, bounded
+                    await asyncio.wait_for(asyncio.shield(fault_task),
+                                           cfg.node_timeout + 30)
+                except asyncio.TimeoutError:
+                    rep.harness_errors.append("a fault did not end in time")
+                await self._heal()
+            # Wait for every main-topic future (bounded), then close.
+            pending = [f for f in self.futures if not f.done()]
+            settle_end = time.monotonic() + cfg.settle_timeout
+            while pending and time.monotonic() < settle_end:
+                await asyncio.sleep(0.2)
+                pending = [f for f in pending if not f.done()]
+            rep.unfinished_at_settle = len(pending)
+            settled_at = time.monotonic()
+        finally:
+            for t in tasks:
+                if not t.done():
+                    t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            try:
+                await asyncio.wait_for(producer.close(timeout=cfg.close_timeout),
+                                       cfg.close_timeout + 30)
+            except Exception as exc:
+                rep.harness_errors.append(f"close() did not return: {exc!r}")
+            await self._heal()
+        await asyncio.sleep(0)  # done callbacks scheduled by close() run now
+        rep.pending_after_close = sum(1 for f in self.futures if not f.done()) + sum(
+            1 for _, f in self.poison if not isinstance(f, BaseException) and not f.done())
+        if self.proxy is not None:
+            rep.init_producer_id = self.proxy.requests(API_INIT_PRODUCER_ID) - ipi_before
+        self._stall(settled_at, bool(rep.unfinished_at_settle))
+        self._poison_outcomes()
+        consumed = await asyncio.to_thread(read_back, self.bootstrap, self.topic,
+                                           cfg.consume_timeout)
+        self._check(consumed)
+        to_delete = [self.topic, *(self.poison_topics.values() if cfg.poison else ())]
+        await asyncio.to_thread(delete_topics, self.bootstrap, to_delete)
+        rep.elapsed = time.monotonic() - started
+        return rep
+
+    def _stall(self, settled_at: float, unfinished: bool) -> None:
+        rep = self.report
+        rep.tail = max(0.0, rep.stream_end - rep.fault_end) if self.schedule else rep.stream_end
+        acks = sorted(self.ack_times)
+        fault_end_abs = self.t0 + (rep.fault_end if self.schedule else 0.0)
+        points = [fault_end_abs] + [t for t in acks if t > fault_end_abs]
+        if unfinished:  # records still unacknowledged when the wait ended: a stall
+            points.append(settled_at)
+        rep.max_ack_gap_after_faults = max(
+            (b - a for a, b in itertools.pairwise(points)), default=0.0)
+        overall = [self.t0, *acks]
+        if unfinished:
+            overall.append(settled_at)
+        rep.max_ack_gap_overall = max(
+            (b - a for a, b in itertools.pairwise(overall)), default=0.0)
+
+    def _poison_outcomes(self) -> None:
+        rep = self.report
+        rep.poison_sent = len(self.poison)
+        for kind, f in self.poison:
+            if isinstance(f, BaseException):
+                exc: BaseException | None = f
+            elif not f.done():
+                rep.poison_outcomes[f"{kind}:pending"] += 1
+                rep.poison_wrong += 1
+                continue
+            else:
+                try:
+                    exc = f.exception()
+                except BaseException as e:
+                    exc = e
+            if exc is None:
+                rep.poison_outcomes[f"{kind}:ACCEPTED"] += 1
+                rep.poison_wrong += 1
+                continue
+            rep.poison_outcomes[f"{kind}:{_error_name(exc)}"] += 1
+            if not isinstance(exc, POISON_EXPECTED[kind]):
+                rep.poison_wrong += 1
+                if not isinstance(exc, KafkaError):
+                    rep.untyped.append(repr(exc))
+            elif isinstance(exc, BrokerResponseError):
+                rep.epoch_bump_events += 1  # refused by the broker after it was sent
+
+    def _check(self, consumed: list[tuple[int, int, bytes | None, bytes | None]]) -> None:
+        rep = self.report
+        rep.consumed = len(consumed)
+        acked: dict[int, RecordMetadata] = {}
+        for i, r in enumerate(self.results):
+            if isinstance(r, RecordMetadata):
+                acked[i] = r
+            elif isinstance(r, BaseException) and i not in self.send_failed:
+                rep.failed[_error_name(r)] += 1
+                if not isinstance(r, KafkaError):
+                    rep.untyped.append(repr(r))
+        rep.acknowledged = len(acked)
+        where: dict[int, list[tuple[int, int]]] = defaultdict(list)
+        for p, off, _k, v in consumed:
+            where[decode(v)].append((p, off))
+        n = len(self.results)
+        rep.unknown_in_log = sum(len(w) for i, w in where.items() if not 0 <= i < n)
+        rep.duplicated = sum(len(w) - 1 for w in where.values() if len(w) > 1)
+        rep.lost = sum(1 for i in acked if i not in where)
+        rep.wrong_offset = sum(
+            1 for i, m in acked.items()
+            if i in where and (m.partition, m.offset) not in where[i])
+        rep.written_but_failed = sum(
+            1 for i, w in where.items()
+            if 0 <= i < n and w and isinstance(self.results[i], BaseException))
+        dups = sorted(i for i, w in where.items() if len(w) > 1)
+        for i in dups:
+            for p, _off in where[i][1:]:
+                rep.duplicates_by_partition[p] += 1
+        if dups:
+            rate = self.cfg.rate
+            rep.duplicates_sent_at = (dups[0] / rate, dups[-1] / rate)
+        # Per key (within its partition) the log holds the records in send order; a
+        # duplicate's later copy is counted in ``duplicated`` only (order is judged on
+        # first copies).
+        last: dict[tuple[int, bytes | None], int] = {}
+        seen: set[int] = set()
+        for p, _off, k, v in sorted(consumed, key=lambda m: (m[0], m[1])):
+            idx = decode(v)
+            if idx in seen:
+                continue
+            seen.add(idx)
+            prev = last.get((p, k), -1)
+            if idx <= prev:
+                rep.out_of_order += 1
+            last[(p, k)] = max(prev, idx)
+
+async def run_chaos(cluster: LocalKafka, cfg: ChaosConfig, *, proxy: Any | None = None,
+                    log: Callable[[str], None] = print) -> ChaosReport:
+    """Run one soak on ``cluster`` (a running three-node :class:`LocalKafka`; killed and
+    paused nodes are restarted and resumed before this returns) and return its report.
+    ``proxy``: a started ``ProxyCluster``-like object the producer connects through
+    (see the module docstring), or None."""
+    return await _Run(cluster, cfg, proxy, log).run()
+
+
+# -- command line -----------------------------------------------------------------------
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m bench.chaos", description=(
+        "Chaos soak of the idempotent producer on a local three-node Kafka cluster: "
+        "exactly once, in order, under broker kills, pauses, connection resets, lost "
+        "acks and poison records."))
+    ap.add_argument("--records", type=int, default=1_000_000)
+    ap.add_argument("--seed", type=int, default=None,
+                    help="schedule seed (default: a random one, printed)")
+    ap.add_argument("--rate", type=float, default=5_000.0, help="main-topic records/s")
+    ap.add_argument("--pause-seconds", type=float, default=10.0)
+    ap.add_argument("--max-ack-gap", type=float, default=15.0)
+    ap.add_argument("--no-faults", action="store_true",
+                    help="no kills, pauses or proxy faults (checks the harness)")
+    ap.add_argument("--no-poison", action="store_true", help="no poison records")
+    ap.add_argument("--no-proxy", action="store_true",
+                    help="connect directly (no reset/drop_acks faults, no InitProducerId "
+                         "count)")
+    ap.add_argument("--cluster-dir", default=None,
+                    help="state directory of the three-node cluster (default: a "
+                         "temporary one, stopped at the end)")
+    ap.add_argument("--uvloop", action="store_true")
+    return ap.parse_args(argv)
+
+
+def _proxy_class() -> Any | None:
+    try:
+        from tests.faultproxy import ProxyCluster  # the repository's test proxy
+    except ImportError as exc:
+        print(f"chaos: no fault proxy ({exc}); run from the repository root to use "
+              "tests/faultproxy.py", file=sys.stderr)
+        return None
+    return ProxyCluster
+
+
+async def _amain(cluster: LocalKafka, cfg: ChaosConfig, use_proxy: bool) -> ChaosReport:
+    cls = _proxy_class() if use_proxy else None
+    if cls is None:
+        return await run_chaos(cluster, cfg)
+    proxy = await cls.start(cluster.bootstrap)
+    try:
+        return await run_chaos(cluster, cfg, proxy=proxy)
+    finally:
+        await proxy.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
+    cfg = ChaosConfig(records=args.records, seed=seed, rate=args.rate,
+                      faults=not args.no_faults, poison=not args.no_poison,
+                      pause_seconds=args.pause_seconds, max_ack_gap=args.max_ack_gap)
+    tmp = None
+    if args.cluster_dir:
+        state_dir = Path(args.cluster_dir)
+    else:
+        tmp = tempfile.TemporaryDirectory(prefix="aioproducer-chaos-")
+        state_dir = Path(tmp.name)
+    cluster = LocalKafka(state_dir, nodes=3)
+    print(f"chaos: starting a three-node cluster in {state_dir}", flush=True)
+    cluster.ensure_running(timeout=300)
+    try:
+        if args.uvloop:
+            import uvloop
+            report = uvloop.run(_amain(cluster, cfg, not args.no_proxy))
+        else:
+            report = asyncio.run(_amain(cluster, cfg, not args.no_proxy))
+    finally:
+        if tmp is not None:
+            cluster.stop(timeout=30)
+            tmp.cleanup()
+        else:
+            cluster.resume_all()
+    print(report.line(), flush=True)
+    return 1 if report.violations() else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
