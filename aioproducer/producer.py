@@ -6,6 +6,7 @@ import asyncio
 import logging
 import time
 import warnings
+import weakref
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, NoReturn
@@ -124,7 +125,16 @@ class Producer:
         self._metadata.refresh_done(time.monotonic(), cluster, [])
         _check_produce_version(client)
         self._sender = Sender(c, client, self._metadata, self._accumulator, self._metrics)
-        self._sender.on_fatal = self._on_sender_failed
+        # Through a weak reference: the Sender must not keep an abandoned producer
+        # alive (its __del__ warns and cleans up).
+        ref = weakref.ref(self)
+
+        def on_fatal(error: KafkaError) -> None:
+            producer = ref()
+            if producer is not None:
+                producer._on_sender_failed(error)
+
+        self._sender.on_fatal = on_fatal
         self._txn = self._sender.txn
         self._sender.start()
         self._state = _RUNNING
@@ -371,9 +381,8 @@ class Producer:
                 # Also when cancelled: the records buffered so far cannot be taken
                 # back and will be sent; say so, and hand their result over.
                 if hasattr(exc, "add_note"):
-                    exc.add_note(f"send_many: {i} record(s) (0..{i - 1}) were buffered "
-                                 "and will be sent" if i else
-                                 "send_many: no record was buffered")
+                    exc.add_note(f"send_many: records 0..{i - 1} were buffered and will "
+                                 "be sent" if i else "send_many: no record was buffered")
                 exc.send_many_result = SendManyResult(touched, i)  # type: ignore[attr-defined]
                 raise
             touched.append(fut.batch)

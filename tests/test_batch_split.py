@@ -1,0 +1,116 @@
+"""Splitting a batch the broker refused as too large (no broker: the accumulator and
+the native builder; the real-broker scenario is in test_exactly_once.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+
+from aioproducer._native import BATCH_HEADER_SIZE, BufferPool, ProducerBatch
+from aioproducer.accumulator import RecordAccumulator
+from aioproducer.batch_split import records_of_batch
+from aioproducer.compression import codec_id, make_compressor
+
+CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
+
+
+def _records(n: int, seed: int) -> list[tuple[int, bytes | None, bytes | None,
+                                              list[tuple[str, bytes | None]] | None]]:
+    rnd = random.Random(seed)
+    out = []
+    for i in range(n):
+        key = None if i % 7 == 0 else f"key-{i}".encode()
+        value = None if i % 11 == 0 else bytes(rnd.getrandbits(8) for _ in range(rnd.randrange(0, 300)))
+        headers = None if i % 3 else [("h", b"v" * (i % 5)), ("null", None)]
+        out.append((1_700_000_000_000 + i * 3, key, value, headers))
+    return out
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_records_of_batch_reads_back_what_the_builder_wrote(codec: str) -> None:
+    seed = 20261125
+    print(f"seed={seed}")
+    records = _records(200, seed)
+    pool = BufferPool(1 << 20, 1 << 18)
+    block = pool.try_allocate(1 << 18)
+    assert block is not None
+    batch = ProducerBatch(("t", 0), block, None, 0.0)
+    if codec != "none":
+        batch.builder.set_compression(codec_id(codec), make_compressor(codec, -1))
+    for r in records:
+        assert batch.builder.append(*r) >= 0
+    batch.builder.close(7, 1, 100, False)
+    assert batch.builder.compression == (codec_id(codec) if codec != "none" else 0)
+    with batch.builder.view() as view:
+        got = list(records_of_batch(view))
+    expected = [(ts, k, v, h if h else None) for ts, k, v, h in records]
+    assert got == expected
+
+
+def test_records_of_batch_refuses_truncated_input() -> None:
+    pool = BufferPool(1 << 16, 1 << 14)
+    block = pool.try_allocate(1 << 14)
+    assert block is not None
+    batch = ProducerBatch(("t", 0), block, None, 0.0)
+    for r in _records(10, 1):
+        batch.builder.append(*r)
+    batch.builder.close()
+    data = bytes(batch.builder.view())
+    for cut in (10, BATCH_HEADER_SIZE, len(data) - 1):
+        with pytest.raises(ValueError):
+            list(records_of_batch(data[:cut]))
+
+
+@pytest.mark.parametrize("codec", ["none", "zstd"])
+def test_split_keeps_order_sequences_and_futures(codec: str) -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        acc = RecordAccumulator(batch_size=2048, buffer_memory=1 << 20, linger_ms=0,
+                                retry_backoff_ms=10, retry_backoff_max_ms=100,
+                                delivery_timeout_ms=60_000, codec=codec_id(codec),
+                                compressor=make_compressor(codec, -1) if codec != "none"
+                                else None)
+        tp = ("t", 0)
+        records = _records(300, 5)
+        block = acc.pool.try_allocate(1 << 17)
+        assert block is not None
+        # A batch built with a compression estimate that did not hold.
+        big = ProducerBatch(tp, block, loop.create_future(), 0.0)
+        if codec != "none":
+            big.builder.set_compression(codec_id(codec), make_compressor(codec, -1))
+        acc.incomplete.add(big)
+        for r in records:
+            assert big.builder.append(*r) >= 0
+        big.builder.close(42, 3, 1000, False)
+        big.producer_id, big.producer_epoch, big.base_sequence = 42, 3, 1000
+        big.attempts = 2
+        before = acc.pool.available_memory
+        pieces = acc.split(big, loop)
+        assert len(pieces) > 1
+        # The big block went back; the pieces live outside buffer_memory.
+        assert acc.pool.available_memory > before
+        assert list(acc.batches[tp]) == pieces
+        assert sum(p.record_count for p in pieces) == len(records)
+        seq = 1000
+        for p in pieces:
+            assert (p.producer_id, p.producer_epoch, p.base_sequence) == (42, 3, seq)
+            assert p.attempts == 2 and p.full
+            assert p.builder.size_in_bytes <= 2048 + 64  # batch_size (plus codec room)
+            seq += p.record_count
+        # Each piece, closed, holds its records in order.
+        got = []
+        for p in pieces:
+            p.builder.close(p.producer_id, p.producer_epoch, p.base_sequence, False)
+            with p.builder.view() as view:
+                got.extend(records_of_batch(view))
+        assert got == [(ts, k, v, h if h else None) for ts, k, v, h in records]
+        # The big batch completes when its last piece does.
+        for i, p in enumerate(pieces):
+            assert not big.result.done()
+            acc.complete(p, 10 * i, -1, None)
+        assert big.result.done()
+        assert not acc.incomplete
+    finally:
+        loop.close()
