@@ -35,10 +35,13 @@ checked (:meth:`ChaosReport.violations`):
   poison record fails with the error of its cause;
 * no future is pending after ``await producer.close()``;
 * InitProducerId requests (counted by the proxies) are at most 1 + the number of
-  *epoch-bump events*.  This producer bumps its epoch after a batch the broker refused
-  (KIP-360; ``tests/test_delivery_faults.py::test_fatal_batch_error_bumps_epoch``), and
-  every refused poison record is such a batch, so each one counts as an event; the
-  faults themselves (kills, pauses, resets, lost acks) count as none;
+  *epoch-bump events*, and every one after the first has such an event of its own at
+  most 3 s before it (:func:`unexplained`; the proxies are polled every 0.1 s).  The
+  faults themselves (kills, pauses, resets, lost acks) are no such event.  A refused
+  poison batch is one: this producer bumps its epoch after a batch the broker refused
+  (like Java's idempotent producer, KIP-360;
+  ``tests/test_delivery_faults.py::test_fatal_batch_error_bumps_epoch``), since the
+  partition's sequence numbers must start again;
 * the longest gap between consecutive main-topic acknowledgements after the last fault
   ended (from its end to the first ack, between acks, and from the last ack to the end
   of the wait if records were still unacknowledged) is below ``max_ack_gap`` seconds;
@@ -66,6 +69,7 @@ import argparse
 import asyncio
 import functools
 import itertools
+import logging
 import random
 import sys
 import tempfile
@@ -129,7 +133,8 @@ class ChaosConfig:
     pause_seconds: float = 10.0
     kill_down: tuple[float, float] = (2.0, 5.0)   # a killed node stays down this long
     restart_estimate: float = 20.0      # planning only: how long a restart takes
-    gap: tuple[float, float] = (2.0, 5.0)         # between two faults
+    gap: tuple[float, float] = (2.0, 5.0)         # between two broker faults
+    proxy_gap: tuple[float, float] = (3.0, 8.0)   # between two proxy faults
     drop_acks: tuple[int, int] = (1, 4)           # responses lost per drop_acks fault
     poison_interval: float = 1.0
     poison_big_bytes: int = 50_000
@@ -186,20 +191,25 @@ def _estimate(ev: Event, cfg: ChaosConfig) -> float:
 
 
 def make_schedule(cfg: ChaosConfig, *, proxy: bool) -> list[Event]:
-    """Faults from ``random.Random(cfg.seed)``: one of each kind first (shuffled), then
-    random kinds while the planned window (``fault_start`` to ``planned_seconds -
-    tail_seconds``) has room. Planned times assume the previous fault took its
-    estimate; at run time a fault starts at its time or when the previous one ended."""
+    """Faults from ``random.Random(cfg.seed)``, in two lanes, each run one fault after
+    the other (a fault starts at its planned time or when the one before it in its lane
+    ended, whichever is later); the lanes overlap.
+
+    * brokers: one ``kill`` and one ``pause`` (in a random order), then random ones
+      while the window (``fault_start`` to ``planned_seconds - tail_seconds``) has room
+      for their estimated length (a restart: ``restart_estimate``);
+    * proxy (with a proxy only): a ``reset`` or ``drop_acks`` every ``proxy_gap``
+      seconds within the window, at least one of each.
+
+    The result is sorted by planned time."""
     if not cfg.faults:
         return []
     rng = random.Random(cfg.seed)
-    kinds = [KILL, PAUSE] + (list(PROXY_FAULTS) if proxy else [])
-    first = kinds[:]
-    rng.shuffle(first)
     window_end = cfg.planned_seconds - cfg.tail_seconds
 
     def draw(kind: str, at: float) -> Event:
         p = rng.randrange(cfg.partitions)
+        at = round(at, 1)
         if kind == KILL:
             return Event(at, kind, p, duration=round(rng.uniform(*cfg.kill_down), 1))
         if kind == PAUSE:
@@ -210,16 +220,26 @@ def make_schedule(cfg: ChaosConfig, *, proxy: bool) -> list[Event]:
 
     events: list[Event] = []
     t = cfg.fault_start
+    first = [KILL, PAUSE]
+    rng.shuffle(first)
     for kind in first:  # always one of each, even past the window
-        ev = draw(kind, round(t, 1))
+        ev = draw(kind, t)
         events.append(ev)
         t += _estimate(ev, cfg) + rng.uniform(*cfg.gap)
     while True:
-        ev = draw(rng.choice(kinds), round(t, 1))
+        ev = draw(rng.choice([KILL, PAUSE]), t)
         if t + _estimate(ev, cfg) > window_end:
             break
         events.append(ev)
         t += _estimate(ev, cfg) + rng.uniform(*cfg.gap)
+    if proxy:
+        first = list(PROXY_FAULTS)
+        rng.shuffle(first)
+        t = cfg.fault_start + rng.uniform(*cfg.proxy_gap)
+        while first or t + 2.0 <= window_end:
+            events.append(draw(first.pop() if first else rng.choice(PROXY_FAULTS), t))
+            t += rng.uniform(*cfg.proxy_gap)
+    events.sort(key=lambda e: e.at)
     return events
 
 
@@ -250,7 +270,7 @@ class ChaosReport:
     lost: int = 0
     duplicated: int = 0
     duplicates_by_partition: Counter[int] = field(default_factory=Counter)
-    duplicates_sent_at: tuple[float, float] | None = None  # s after the stream started
+    duplicates_by_second: Counter[int] = field(default_factory=Counter)  # by send time
     out_of_order: int = 0
     wrong_offset: int = 0
     written_but_failed: int = 0
@@ -260,6 +280,8 @@ class ChaosReport:
     poison_wrong: int = 0
     epoch_bump_events: int = 0
     init_producer_id: int | None = None
+    init_producer_id_at: list[float] = field(default_factory=list)  # s, stream time
+    unexplained_init_producer_id: int = 0
     max_send_block: float = 0.0
     max_block_limit: float = 0.0
     fault_end: float = 0.0           # s after the stream started
@@ -301,6 +323,13 @@ class ChaosReport:
                 self.init_producer_id > 1 + self.epoch_bump_events):
             v.append(f"{self.init_producer_id} InitProducerId requests, allowed "
                      f"1 + {self.epoch_bump_events}")
+        if self.unexplained_init_producer_id:
+            v.append(f"{self.unexplained_init_producer_id} InitProducerId requests after "
+                     "the first with no refused poison batch just before them")
+        if self.faults and self.schedule and self.tail < self.max_ack_gap_limit:
+            v.append(f"only {self.tail:.1f} s of stream after the last fault ended "
+                     f"(< {self.max_ack_gap_limit:.0f} s): stalls not judged; send more "
+                     "records")
         if self.max_ack_gap_after_faults >= self.max_ack_gap_limit:
             v.append(f"acks stalled {self.max_ack_gap_after_faults:.1f} s after the last "
                      f"fault (limit {self.max_ack_gap_limit:.0f} s)")
@@ -312,9 +341,9 @@ class ChaosReport:
     def _dup_detail(self) -> str:
         if not self.duplicated:
             return ""
-        at = self.duplicates_sent_at or (0.0, 0.0)
-        return (f"(by partition {dict(sorted(self.duplicates_by_partition.items()))}, "
-                f"sent at {at[0]:.1f}-{at[1]:.1f}s) ")
+        top = sorted(self.duplicates_by_second.most_common(12))
+        return (f"(by partition {dict(sorted(self.duplicates_by_partition.items()))}; "
+                f"by send second, top 12: {dict(top)}) ")
 
     def line(self) -> str:
         ipi = "n/a" if self.init_producer_id is None else str(self.init_producer_id)
@@ -333,7 +362,10 @@ class ChaosReport:
             f"pending_after_close={self.pending_after_close} "
             f"poison_sent={self.poison_sent} poison={dict(self.poison_outcomes)} "
             f"poison_wrong={self.poison_wrong} init_producer_id={ipi} "
-            f"(allowed<={1 + self.epoch_bump_events}) "
+            f"(allowed<={1 + self.epoch_bump_events}, "
+            f"unexplained={self.unexplained_init_producer_id}; at "
+            f"{[round(t, 1) for t in self.init_producer_id_at[:20]]}"
+            f"{'...' if len(self.init_producer_id_at) > 20 else ''}) "
             f"max_send_block={self.max_send_block:.3f}s "
             f"fault_end={self.fault_end:.1f}s stream_end={self.stream_end:.1f}s "
             f"tail={self.tail:.1f}s max_ack_gap_after_faults="
@@ -460,6 +492,7 @@ class _Run:
         self.t0 = 0.0
         self.sending = True
         self.send_failed: set[int] = set()
+        self.refused_at: list[float] = []   # stream times of refused poison batches
         self.killed: set[int] = set()
         self.paused: set[int] = set()
 
@@ -519,19 +552,44 @@ class _Run:
                 value = b"poison" if kind == "null_key_compacted" else big
                 t = time.monotonic()
                 try:
-                    self.poison.append((kind, await producer.send(topic, value, key=key)))
+                    fut = await producer.send(topic, value, key=key)
                 except Exception as exc:
                     self.poison.append((kind, exc))
+                else:
+                    self.poison.append((kind, fut))
+                    fut.add_done_callback(self._poison_done)
                 self.report.max_send_block = max(self.report.max_send_block,
                                                  time.monotonic() - t)
             await asyncio.sleep(cfg.poison_interval)
 
+    def _poison_done(self, fut: Any) -> None:
+        try:
+            exc = fut.exception()
+        except BaseException:  # cancelled
+            return
+        if isinstance(exc, BrokerResponseError):  # refused by the broker: may bump
+            self.refused_at.append(self.now())
+
     # -- faults --
 
-    async def _leader_and_followers(self, partition: int) -> tuple[int, list[int]]:
-        reps = await asyncio.to_thread(partition_replicas, self.bootstrap, self.topic)
-        leader, replicas = reps[partition]
-        return leader, [r for r in replicas if r != leader]
+    async def _leader_and_followers(self, partition: int,
+                                    timeout: float = 20.0) -> tuple[int, list[int]]:
+        """The partition's leader and followers now (retried while it has no leader or
+        the metadata request fails, up to ``timeout``)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                reps = await asyncio.to_thread(partition_replicas, self.bootstrap,
+                                               self.topic, 5.0)
+                leader, replicas = reps[partition]
+                if leader >= 0:
+                    return leader, [r for r in replicas if r != leader]
+                why = "no leader"
+            except Exception as exc:
+                why = repr(exc)
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"partition {partition}: {why} for {timeout:.0f} s")
+            await asyncio.sleep(0.5)
 
     async def _run_event(self, ev: Event) -> None:
         cluster, proxy = self.cluster, self.proxy
@@ -565,7 +623,7 @@ class _Run:
             fp = proxy.proxy_for_node(leader)
             before = fp.stats["responses_dropped"]
             fp.drop_after_request(API_PRODUCE, count=ev.count)
-            limit = time.monotonic() + 10.0
+            limit = time.monotonic() + 5.0
             while (fp.stats["responses_dropped"] - before < ev.count
                    and time.monotonic() < limit):
                 await asyncio.sleep(0.05)
@@ -573,8 +631,8 @@ class _Run:
             fp.drop_after_request(API_PRODUCE, count=0)  # cancel what is left
             ev.note = f"dropped={dropped}"
 
-    async def _faults(self) -> None:
-        for ev in self.schedule:
+    async def _lane(self, events: list[Event]) -> None:
+        for ev in events:
             wait = ev.at - self.now()
             if wait > 0:
                 await asyncio.sleep(wait)
@@ -585,12 +643,27 @@ class _Run:
             self.log(f"chaos: {self.now():7.1f}s start {ev.describe()}")
             try:
                 await self._run_event(ev)
-            except Exception as exc:
+            except Exception as exc:  # a broken fault breaks the run
                 self.report.harness_errors.append(f"{ev.kind}: {exc!r}")
                 ev.note += f" error={exc!r}"
             ev.ended = self.now()
             self.report.fault_end = max(self.report.fault_end, ev.ended)
             self.log(f"chaos: {self.now():7.1f}s end   {ev.describe()}")
+
+    async def _faults(self) -> None:
+        brokers = [e for e in self.schedule if e.kind not in PROXY_FAULTS]
+        proxies = [e for e in self.schedule if e.kind in PROXY_FAULTS]
+        await asyncio.gather(self._lane(brokers), self._lane(proxies))
+
+    async def _watch_init_producer_id(self, before: int) -> None:
+        """When InitProducerId requests reach the proxies (stream time, 0.1 s steps;
+        the first one is sent before the stream starts)."""
+        assert self.proxy is not None
+        at = self.report.init_producer_id_at
+        while True:
+            n = self.proxy.requests(API_INIT_PRODUCER_ID) - before
+            at.extend([self.now()] * (n - len(at)))
+            await asyncio.sleep(0.1)
 
     async def _heal(self) -> None:
         """Resume paused nodes, restart killed ones, clear proxy faults."""
@@ -641,6 +714,8 @@ class _Run:
             if cfg.poison:
                 tasks.append(asyncio.create_task(self._send_poison(producer)))
             fault_task = asyncio.create_task(self._faults())
+            if self.proxy is not None:
+                tasks.append(asyncio.create_task(self._watch_init_producer_id(ipi_before)))
             tasks.append(fault_task)
             try:
                 await asyncio.wait_for(asyncio.shield(send_task), wall + 60)
@@ -678,6 +753,9 @@ class _Run:
         if self.proxy is not None:
             rep.init_producer_id = self.proxy.requests(API_INIT_PRODUCER_ID) - ipi_before
         self._stall(settled_at, bool(rep.unfinished_at_settle))
+        if self.proxy is not None:
+            rep.unexplained_init_producer_id = unexplained(rep.init_producer_id_at,
+                                                           self.refused_at)
         self._poison_outcomes()
         consumed = await asyncio.to_thread(read_back, self.bootstrap, self.topic,
                                            cfg.consume_timeout)
@@ -759,9 +837,8 @@ class _Run:
         for i in dups:
             for p, _off in where[i][1:]:
                 rep.duplicates_by_partition[p] += 1
-        if dups:
-            rate = self.cfg.rate
-            rep.duplicates_sent_at = (dups[0] / rate, dups[-1] / rate)
+        for i in dups:  # when the duplicated records were sent (to match with faults)
+            rep.duplicates_by_second[int(i / self.cfg.rate)] += len(where[i]) - 1
         # Per key (within its partition) the log holds the records in send order; a
         # duplicate's later copy is counted in ``duplicated`` only (order is judged on
         # first copies).
@@ -776,6 +853,24 @@ class _Run:
             if idx <= prev:
                 rep.out_of_order += 1
             last[(p, k)] = max(prev, idx)
+
+def unexplained(requests_at: Sequence[float], refused_at: Sequence[float],
+                before: float = 3.0, after: float = 0.5) -> int:
+    """How many InitProducerId requests after the first (times in ``requests_at``) have
+    no refused poison batch of their own (each explains one request) between ``before``
+    seconds ahead of them and ``after`` seconds behind (the times are polled)."""
+    free = sorted(refused_at)
+    used = [False] * len(free)
+    count = 0
+    for t in sorted(requests_at)[1:]:
+        for j, r in enumerate(free):
+            if not used[j] and t - before <= r <= t + after:
+                used[j] = True
+                break
+        else:
+            count += 1
+    return count
+
 
 async def run_chaos(cluster: LocalKafka, cfg: ChaosConfig, *, proxy: Any | None = None,
                     log: Callable[[str], None] = print) -> ChaosReport:
@@ -809,6 +904,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                     help="state directory of the three-node cluster (default: a "
                          "temporary one, stopped at the end)")
     ap.add_argument("--uvloop", action="store_true")
+    ap.add_argument("--verbose", action="store_true",
+                    help="show the producer's warnings (retries, refused batches)")
     return ap.parse_args(argv)
 
 
@@ -835,6 +932,9 @@ async def _amain(cluster: LocalKafka, cfg: ChaosConfig, use_proxy: bool) -> Chao
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
+    if not args.verbose:  # every refused poison record is a warning: once a second
+        logging.getLogger("aioproducer").setLevel(logging.ERROR)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
     cfg = ChaosConfig(records=args.records, seed=seed, rate=args.rate,
                       faults=not args.no_faults, poison=not args.no_poison,
