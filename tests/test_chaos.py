@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -79,15 +80,16 @@ async def test_chaos_harness_without_faults(kafka_cluster3: LocalKafka) -> None:
 
 
 def test_pause_and_resume_node(kafka_cluster3: LocalKafka) -> None:
-    """pause_node freezes a node without it counting as gone; ensure_running and
-    resume_node bring it back."""
+    """pause_node freezes a node without it counting as gone (the watchdog leaves it
+    alone); ensure_running and resume_node bring it back."""
     cluster = kafka_cluster3
     pid = cluster.node_pid(2)
     assert pid is not None
     try:
         cluster.pause_node(2)
         assert cluster.node_paused(2) and cluster.node_alive(2)
-        assert cluster.node_pid(2) == pid
+        time.sleep(2.5)  # the watchdog looks every second
+        assert cluster.node_pid(2) == pid and cluster.node_paused(2)
         cluster.resume_node(2)
         assert not cluster.node_paused(2)
         cluster.pause_node(2)
@@ -96,3 +98,20 @@ def test_pause_and_resume_node(kafka_cluster3: LocalKafka) -> None:
         assert cluster.node_pid(2) == pid  # the same process: not restarted
     finally:
         cluster.resume_all()
+
+
+def test_stop_resumes_a_paused_node(tmp_path: Path) -> None:
+    """stop() on a paused node: SIGTERM then SIGCONT, so the node shuts down cleanly
+    at once instead of waiting for the SIGKILL after ``timeout``."""
+    cluster = LocalKafka(tmp_path / "one", nodes=1)
+    cluster.start(timeout=120)
+    try:
+        pid = cluster.node_pid(0)
+        cluster.pause_node(0)
+        started = time.monotonic()
+        cluster.stop(timeout=60)
+        took = time.monotonic() - started
+        assert pid is not None and cluster.node_pid(0) is None
+        assert took < 30, f"stop() took {took:.1f} s: the paused node was not resumed"
+    finally:
+        cluster.stop(timeout=10)
