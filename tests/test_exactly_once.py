@@ -291,7 +291,15 @@ async def test_out_of_order_sequence_on_next_batch_is_retried(kafka_bootstrap: s
 # -- 4 -------------------------------------------------------------------------------
 
 
-async def _sender_failure_does_not_hang(producer: Producer, topic: str) -> None:
+async def _sender_failure_does_not_hang(producer: Producer, topic: str, *,
+                                        restore: Any = None) -> None:
+    """The records pending when the Sender fails fail with a KafkaError within seconds,
+    flush() returns, and a later send() is refused at once with a KafkaError.
+
+    ``restore`` (undoes the injected fault) also allows a producer that contained the
+    failure to the batches that hit it: the later send() may then return a future, which
+    must fail with a KafkaError within seconds (the fault is still there), and once the
+    fault is gone a record must be delivered."""
     futs = [await producer.send(topic, encode(i)) for i in range(100)]
     started = time.monotonic()
     try:
@@ -309,7 +317,6 @@ async def _sender_failure_does_not_hang(producer: Producer, topic: str) -> None:
     except asyncio.TimeoutError:
         raise AssertionError("flush() hangs after the Sender failed") from None
     print(f"\nfutures failed after {time.monotonic() - started:.2f} s: {results[0]!r}")
-    later = None
     t0 = time.monotonic()
     try:
         later = await asyncio.wait_for(producer.send(topic, b"later"), 2)
@@ -317,19 +324,32 @@ async def _sender_failure_does_not_hang(producer: Producer, topic: str) -> None:
         took = time.monotonic() - t0
         print(f"later send() raised after {took:.3f} s: {exc!r}")
         assert took < 0.5, f"send() took {took:.2f} s to refuse the record"
+        return
     except asyncio.TimeoutError:
         raise AssertionError("a send() after the Sender failed hangs") from None
-    if later is not None:
-        # (Its future must not stay pending either; close() fails it.)
+    if restore is None:
         raise AssertionError("send() after the Sender failed returned a future instead of "
                              "raising a KafkaError: the record would never be sent")
+    try:
+        result = (await asyncio.wait_for(settle([later]), 5))[0]
+    except asyncio.TimeoutError:
+        raise AssertionError("send() after the failure returned a future that is still "
+                             "pending after 5 s: the producer hangs") from None
+    assert isinstance(result, KafkaError), f"the fault is still injected: {result!r}"
+    restore()
+    meta = await asyncio.wait_for(producer.send_and_wait(topic, b"after"), BOUND)
+    print(f"failure contained to its batches: later record {result!r}, then {meta!r}")
 
 
 async def test_failing_compressor_does_not_hang_the_producer(
         kafka_bootstrap: str, topic_factory: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The compressor raises RuntimeError when the Sender closes a batch. Proves: the
     producer does not hang -- every pending record fails with a KafkaError within
-    seconds, flush() returns promptly, and a later send() raises a KafkaError at once."""
+    seconds, flush() returns promptly, and a later send() either raises a KafkaError
+    at once (the producer failed) or, if the producer contained the failure to the
+    batches that hit it (as Java does: it compresses in send(), and a failure there
+    fails that record only), fails promptly too, and the producer delivers again once
+    the compressor works."""
     topic = topic_factory(partitions=1)
     async with Producer(bootstrap_servers=kafka_bootstrap, compression_type="lz4",
                         linger_ms=5) as producer:
@@ -339,13 +359,14 @@ async def test_failing_compressor_does_not_hang_the_producer(
             raise RuntimeError("injected compressor failure")
 
         monkeypatch.setattr(producer._accumulator, "compressor", broken)
-        await _sender_failure_does_not_hang(producer, topic)
+        await _sender_failure_does_not_hang(producer, topic, restore=monkeypatch.undo)
 
 
 async def test_failing_request_encoder_does_not_hang_the_producer(
         kafka_bootstrap: str, topic_factory: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Encoding the Produce request raises RuntimeError in the Sender. Proves the same
-    as the compressor case: no hang, typed failures, a later send() refused at once."""
+    """Encoding the Produce request raises RuntimeError in the Sender. Proves: no
+    hang, every pending record fails with a KafkaError within seconds, flush() returns,
+    and a later send() is refused at once with a KafkaError."""
     topic = topic_factory(partitions=1)
     async with Producer(bootstrap_servers=kafka_bootstrap, linger_ms=5) as producer:
         await asyncio.wait_for(producer.send_and_wait(topic, WARM_UP), BOUND)
