@@ -67,7 +67,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import functools
 import itertools
 import logging
 import random
@@ -486,7 +485,8 @@ class _Run:
                                   max_block_limit=cfg.max_block_ms / 1000.0 + 0.5,
                                   max_ack_gap_limit=cfg.max_ack_gap)
         self.results: list[Any] = [None] * cfg.records
-        self.futures: list[Any] = []
+        self.futures: list[Any] = []                 # in send order
+        self.futs: list[Any] = [None] * cfg.records  # by send index
         self.ack_times: list[float] = []
         self.poison: list[tuple[str, Any]] = []   # (kind, future or exception)
         self.t0 = 0.0
@@ -501,16 +501,27 @@ class _Run:
 
     # -- producing --
 
-    def _done(self, i: int, fut: Any) -> None:
+    def _done(self, fut: Any) -> None:
+        """When a main-topic record was acknowledged (for the stall detector); the
+        outcomes themselves are read from the futures afterwards."""
         try:
-            exc = fut.exception()
-        except BaseException as e:
-            exc = e
-        if exc is None:
-            self.results[i] = fut.result()
+            ok = fut.exception() is None
+        except BaseException:  # cancelled
+            ok = False
+        if ok:
             self.ack_times.append(time.monotonic())
-        else:
-            self.results[i] = exc
+
+    def _outcomes(self) -> None:
+        """``results[i]``: the RecordMetadata or exception of each record whose future
+        is done (records refused by send() have their exception already)."""
+        for i, fut in enumerate(self.futs):
+            if fut is None or not fut.done():
+                continue
+            try:
+                exc = fut.exception()
+            except BaseException as e:  # cancelled
+                exc = e
+            self.results[i] = fut.result() if exc is None else exc
 
     async def _send_main(self, producer: Producer, deadline: float) -> None:
         cfg, rep = self.cfg, self.report
@@ -536,7 +547,8 @@ class _Run:
                 else:
                     rep.sent += 1
                     self.futures.append(fut)
-                    fut.add_done_callback(functools.partial(self._done, i))
+                    self.futs[i] = fut
+                    fut.add_done_callback(self._done)
                 rep.max_send_block = max(rep.max_send_block, time.monotonic() - t)
                 i += 1
             if i < n:
@@ -752,6 +764,7 @@ class _Run:
             1 for _, f in self.poison if not isinstance(f, BaseException) and not f.done())
         if self.proxy is not None:
             rep.init_producer_id = self.proxy.requests(API_INIT_PRODUCER_ID) - ipi_before
+        self._outcomes()
         self._stall(settled_at, bool(rep.unfinished_at_settle))
         if self.proxy is not None:
             rep.unexplained_init_producer_id = unexplained(rep.init_producer_id_at,
