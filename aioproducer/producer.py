@@ -379,11 +379,14 @@ class Producer:
                                      partition, timestamp_ms, None)
             except BaseException as exc:
                 # Also when cancelled: the records buffered so far cannot be taken
-                # back and will be sent; say so, and hand their result over.
-                if hasattr(exc, "add_note"):
+                # back and will be sent; say so (a cancelled call also hands over
+                # their result, as ``exc.send_many_result``).
+                cancelled = isinstance(exc, asyncio.CancelledError)
+                if (i or cancelled) and hasattr(exc, "add_note"):
                     exc.add_note(f"send_many: records 0..{i - 1} were buffered and will "
                                  "be sent" if i else "send_many: no record was buffered")
-                exc.send_many_result = SendManyResult(touched, i)  # type: ignore[attr-defined]
+                if cancelled:
+                    exc.send_many_result = SendManyResult(touched, i)  # type: ignore[attr-defined]
                 raise
             touched.append(fut.batch)
             i += 1
