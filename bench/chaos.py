@@ -41,7 +41,9 @@ checked (:meth:`ChaosReport.violations`):
   poison batch is one: this producer bumps its epoch after a batch the broker refused
   (like Java's idempotent producer, KIP-360;
   ``tests/test_delivery_faults.py::test_fatal_batch_error_bumps_epoch``), since the
-  partition's sequence numbers must start again;
+  partition's sequence numbers must start again.  ``poison_may_bump=False``
+  (``--strict-init-producer-id``) allows exactly one request in all, for a producer
+  that rewinds the partition's sequence numbers instead;
 * the longest gap between consecutive main-topic acknowledgements after the last fault
   ended (from its end to the first ack, between acks, and from the last ack to the end
   of the wait if records were still unacknowledged) is below ``max_ack_gap`` seconds;
@@ -138,6 +140,7 @@ class ChaosConfig:
     poison_interval: float = 1.0
     poison_big_bytes: int = 50_000
     poison_max_message_bytes: int = 20_000
+    poison_may_bump: bool = True        # False: InitProducerId at most once, poison or not
     linger_ms: int = 5
     delivery_timeout_ms: int = 60_000
     max_block_ms: int = 60_000
@@ -767,8 +770,8 @@ class _Run:
         self._outcomes()
         self._stall(settled_at, bool(rep.unfinished_at_settle))
         if self.proxy is not None:
-            rep.unexplained_init_producer_id = unexplained(rep.init_producer_id_at,
-                                                           self.refused_at)
+            rep.unexplained_init_producer_id = unexplained(
+                rep.init_producer_id_at, self.refused_at if cfg.poison_may_bump else [])
         self._poison_outcomes()
         consumed = await asyncio.to_thread(read_back, self.bootstrap, self.topic,
                                            cfg.consume_timeout)
@@ -819,7 +822,8 @@ class _Run:
                 if not isinstance(exc, KafkaError):
                     rep.untyped.append(repr(exc))
             elif isinstance(exc, BrokerResponseError):
-                rep.epoch_bump_events += 1  # refused by the broker after it was sent
+                if self.cfg.poison_may_bump:  # refused by the broker after it was sent
+                    rep.epoch_bump_events += 1
 
     def _check(self, consumed: list[tuple[int, int, bytes | None, bytes | None]]) -> None:
         rep = self.report
@@ -910,6 +914,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--no-faults", action="store_true",
                     help="no kills, pauses or proxy faults (checks the harness)")
     ap.add_argument("--no-poison", action="store_true", help="no poison records")
+    ap.add_argument("--strict-init-producer-id", action="store_true",
+                    help="a refused poison batch may not bump the epoch either: one "
+                         "InitProducerId request in all")
     ap.add_argument("--no-proxy", action="store_true",
                     help="connect directly (no reset/drop_acks faults, no InitProducerId "
                          "count)")
@@ -951,7 +958,8 @@ def main(argv: list[str] | None = None) -> int:
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
     cfg = ChaosConfig(records=args.records, seed=seed, rate=args.rate,
                       faults=not args.no_faults, poison=not args.no_poison,
-                      pause_seconds=args.pause_seconds, max_ack_gap=args.max_ack_gap)
+                      pause_seconds=args.pause_seconds, max_ack_gap=args.max_ack_gap,
+                      poison_may_bump=not args.strict_init_producer_id)
     tmp = None
     if args.cluster_dir:
         state_dir = Path(args.cluster_dir)
