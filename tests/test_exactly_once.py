@@ -510,44 +510,67 @@ async def test_per_record_errors(kafka_bootstrap: str, topic_factory: Any) -> No
 # -- 7 -------------------------------------------------------------------------------
 
 
+async def _cancel_storm(producer: Producer, topic: str, n: int,
+                        turns: tuple[int, ...]) -> tuple[set[int], set[int], dict[int, int]]:
+    """n tasks each await producer.send(); every other one is cancelled before it runs,
+    half of the others after ``turns[0]`` turns of the loop, the rest after the later
+    ``turns``. Returns the indexes of the
+    sends that returned a future, of those that raised CancelledError, and per turn how
+    many were cancelled while running."""
+    await asyncio.wait_for(producer.send_and_wait(topic, WARM_UP), BOUND)
+    tasks = [asyncio.ensure_future(producer.send(topic, encode(i))) for i in range(n)]
+    for i in range(0, n, 2):
+        tasks[i].cancel()
+    # Half of the rest after the first turn, the others spread over the later turns.
+    cancel_at = {i: turns[0] if i % 4 == 1 else turns[1 + (i // 4) % (len(turns) - 1)]
+                 for i in range(1, n, 2)}
+    for turn in range(1, max(turns) + 1):
+        await asyncio.sleep(0)
+        for i, at in cancel_at.items():
+            if at == turn:
+                tasks[i].cancel()
+    results = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), BOUND)
+    returned = {i for i, r in enumerate(results) if not isinstance(r, BaseException)}
+    cancelled = {i for i, r in enumerate(results) if isinstance(r, asyncio.CancelledError)}
+    others = [r for r in results if isinstance(r, BaseException)
+              and not isinstance(r, asyncio.CancelledError)]
+    assert not others, others[:1]
+    acks = await asyncio.wait_for(settle([results[i] for i in sorted(returned)]), BOUND)
+    assert all(isinstance(a, RecordMetadata) for a in acks), acks[:1]
+    await asyncio.wait_for(producer.flush(), BOUND)
+    late = {t: sum(1 for i, at in cancel_at.items() if at == t and i in cancelled)
+            for t in turns}
+    return returned, cancelled, late
+
+
 async def test_cancelled_send_does_not_buffer(kafka_bootstrap: str,
                                               topic_factory: Any) -> None:
-    """2,000 tasks each await producer.send(); every other one is cancelled before it
-    runs, every fourth after one turn of the loop (when sends that opened a new batch
-    are suspended after appending their record). Proves the defined behaviour: a
-    send() that raised CancelledError did not buffer its record, a send() that
-    returned a future did -- the log holds exactly the records of the sends that
+    """2,000 tasks each await producer.send() (linger_ms=0, batch_size=200: a new batch
+    every few records). Every other task is cancelled before it runs, half of the
+    others after one turn of the loop, the rest after 2, 3, 5 or 8 turns, wherever their send() is then (today: suspended
+    right after appending to a new batch). Then the same with buffer_memory=16384, so
+    that later sends also wait for memory when cancelled. Proves the defined
+    behaviour: a send() that raised CancelledError did not buffer its record, a send()
+    that returned a future did -- the log holds exactly the records of the sends that
     returned."""
-    topic = topic_factory(partitions=1)
     n = 2000
-    async with Producer(bootstrap_servers=kafka_bootstrap, linger_ms=0,
-                        batch_size=200) as producer:
-        await asyncio.wait_for(producer.send_and_wait(topic, WARM_UP), BOUND)
-        tasks = [asyncio.ensure_future(producer.send(topic, encode(i))) for i in range(n)]
-        for i in range(0, n, 2):
-            tasks[i].cancel()
-        await asyncio.sleep(0)
-        for i in range(1, n, 4):
-            tasks[i].cancel()
-        results = await asyncio.wait_for(
-            asyncio.gather(*tasks, return_exceptions=True), BOUND)
-        returned = {i for i, r in enumerate(results) if not isinstance(r, BaseException)}
-        cancelled = {i for i, r in enumerate(results) if isinstance(r, asyncio.CancelledError)}
-        others = [r for r in results if isinstance(r, BaseException)
-                  and not isinstance(r, asyncio.CancelledError)]
-        assert not others, others[:1]
-        acks = await asyncio.wait_for(settle([results[i] for i in sorted(returned)]), BOUND)
-        assert all(isinstance(a, RecordMetadata) for a in acks)
-        await asyncio.wait_for(producer.flush(), BOUND)
-    late = cancelled & set(range(1, n, 4))
-    print(f"\nreturned a future: {len(returned)}, cancelled: {len(cancelled)} "
-          f"(cancelled after one turn: {len(late)})")
-    consumed = without_warm_up(consume_all(kafka_bootstrap, topic, len(returned)))
-    in_log = [decode(m.value) for m in consumed]
-    silently = sorted(set(in_log) & cancelled)
-    assert not silently, (f"{len(silently)} record(s) whose send() raised CancelledError "
-                          f"are in the log, e.g. {silently[:10]}")
-    assert sorted(in_log) == sorted(returned)
+    for memory in (None, 16384):
+        topic = topic_factory(partitions=1)
+        limits: dict[str, Any] = {} if memory is None else {"buffer_memory": memory,
+                                            "max_request_size": memory}
+        async with Producer(bootstrap_servers=kafka_bootstrap, linger_ms=0, batch_size=200,
+                            **limits) as producer:
+            returned, cancelled, late = await _cancel_storm(producer, topic, n,
+                                                            (1, 2, 3, 5, 8))
+        print(f"\nbuffer_memory={memory or 'default'}: returned a future: {len(returned)}, "
+              f"cancelled: {len(cancelled)} (cancelled while running, by turn: {late})")
+        consumed = without_warm_up(consume_all(kafka_bootstrap, topic, len(returned)))
+        in_log = [decode(m.value) for m in consumed]
+        silently = sorted(set(in_log) & cancelled)
+        assert not silently, (f"buffer_memory={memory or 'default'}: {len(silently)} "
+                              "record(s) whose send() raised CancelledError are in the "
+                              f"log, e.g. {silently[:10]}")
+        assert sorted(in_log) == sorted(returned)
 
 
 async def test_cancelled_send_many_reports_what_was_buffered(kafka_bootstrap: str,
