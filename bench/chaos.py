@@ -821,9 +821,8 @@ class _Run:
                 rep.poison_wrong += 1
                 if not isinstance(exc, KafkaError):
                     rep.untyped.append(repr(exc))
-            elif isinstance(exc, BrokerResponseError):
-                if self.cfg.poison_may_bump:  # refused by the broker after it was sent
-                    rep.epoch_bump_events += 1
+            elif isinstance(exc, BrokerResponseError) and self.cfg.poison_may_bump:
+                rep.epoch_bump_events += 1  # refused by the broker after it was sent
 
     def _check(self, consumed: list[tuple[int, int, bytes | None, bytes | None]]) -> None:
         rep = self.report
