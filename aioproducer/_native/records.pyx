@@ -22,6 +22,9 @@ from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 from .batch cimport BatchBuilder
 from .murmur2 cimport murmur2_hash
 
+from asyncio import CancelledError, InvalidStateError
+from contextvars import copy_context
+
 
 cdef extern from "Python.h":
     # Only the field read here; the rest of the struct stays opaque.
@@ -85,7 +88,14 @@ cdef inline int64_t now_ms() noexcept nogil:
 
 
 cdef class ProducerBatch:
-    """One batch for one partition: a builder over a pool block, and its outcome."""
+    """One batch for one partition: a builder over a pool block, and its outcome.
+
+    Outcome: ``result`` (the batch's future, completed by the Python side),
+    ``base_offset``/``log_append_time``, ``error`` (for every record, or, when
+    ``record_errors`` is set, for the records without an entry there). A batch split
+    after MESSAGE_TOO_LARGE has ``children`` (see :meth:`set_children`): its records
+    resolve through them.
+    """
 
     def __init__(self, tuple tp, object block, object result, double now):
         self.tp = tp
@@ -100,12 +110,230 @@ cdef class ProducerBatch:
         self.full = False
         self.base_offset = -1
         self.log_append_time = -1
-        self.error = None
+        self.error_ = None
+        self.error_tb = None
+        self.record_errors_ = None
         self.last_error = None
         self.producer_id = -1
         self.producer_epoch = -1
         self.base_sequence = -1
         self.waiters = None
+
+    @property
+    def error(self):
+        """The batch's final error, None on success. Setting it also keeps the
+        traceback it has now (``error_tb``): every record future raises it with that
+        traceback, like ``asyncio.Future``, so raising it for many awaiters does not
+        grow it."""
+        return self.error_
+
+    @error.setter
+    def error(self, value):
+        if value is not None and not isinstance(value, BaseException):
+            raise TypeError(f"a batch's error must be an exception or None, not {value!r}")
+        self.error_ = value
+        self.error_tb = None if value is None else (<BaseException>value).__traceback__
+
+    @property
+    def record_errors(self):
+        """KIP-467: None, or ``{index of the record in this batch: its error}``.
+
+        A record with an entry fails with it; the batch's other records fail with
+        ``error``. Assign the whole dict once the errors are known: the tracebacks of
+        its errors are kept then (an error added to the dict later is kept with the
+        traceback it has when it is first raised)."""
+        return self.record_errors_
+
+    @record_errors.setter
+    def record_errors(self, value):
+        if value is not None and type(value) is not dict:
+            raise TypeError(f"record_errors must be a dict or None, not {type(value).__name__}")
+        if value:
+            for err in (<dict>value).values():
+                if not isinstance(err, BaseException):
+                    raise TypeError(f"a record error must be an exception, not {err!r}")
+        self.record_errors_ = value
+        self.tbs = None
+        if value:
+            for err in (<dict>value).values():
+                self.tb_of(err)
+
+    cdef object error_for(self, int32_t index):
+        # The error of the record at ``index`` (None on success).
+        cdef PyObject* found
+        if self.record_errors_ is not None:
+            found = PyDict_GetItem(self.record_errors_, index)
+            if found is not NULL:
+                return <object>found
+        return self.error_
+
+    cdef object tb_of(self, object err):
+        # The traceback ``err`` had when this batch recorded it.
+        if err is self.error_:
+            return self.error_tb
+        if self.tbs is None:
+            self.tbs = {}
+        key = id(err)
+        entry = self.tbs.get(key)
+        if entry is None or (<tuple>entry)[0] is not err:
+            entry = (err, getattr(err, "__traceback__", None))
+            self.tbs[key] = entry
+        return (<tuple>entry)[1]
+
+    # -- split batches ---------------------------------------------------------------
+
+    def set_children(self, list children not None):
+        """This batch's records were moved, in order, into ``children`` (a split after
+        MESSAGE_TOO_LARGE, like Java's ``splitAndReenqueue``).
+
+        Child k holds this batch's indices ``[offset_k, offset_k + child.record_count)``
+        (``offset_k`` is the sum of the record counts of the children before it); it gets
+        ``child.parent = self`` and ``child.parent_offset = offset_k``. The children
+        must be new batches of the same partition, none of them done, together holding
+        exactly this batch's records; this batch must not be done nor already split.
+        A child may be split in turn.
+
+        From now on a record of this batch gives the metadata or error of its record in
+        the child that holds it (recursively), once that child is done. This batch's
+        ``result`` must be completed (then :meth:`wake_waiters`) only when
+        :meth:`child_done` says so, that is when every child is done: its record
+        futures are done exactly then.
+        """
+        if self.children is not None:
+            raise ValueError(f"{self!r} was already split")
+        if not children:
+            raise ValueError("set_children() needs at least one child batch")
+        if self.result.done():
+            raise ValueError(f"{self!r} is done: a completed batch cannot be split")
+        cdef ProducerBatch child
+        cdef Py_ssize_t total = 0
+        cdef set seen = set()
+        for c in children:
+            if not isinstance(c, ProducerBatch):
+                raise TypeError(f"children must be ProducerBatch objects, not {type(c).__name__}")
+            child = <ProducerBatch>c
+            if child is self or child.parent is not None or id(child) in seen:
+                raise ValueError(f"{child!r} cannot be a child of {self!r}: it is this "
+                                 f"batch, already a child, or listed twice")
+            seen.add(id(child))
+            if child.tp != self.tp:
+                raise ValueError(f"child {child!r} is not of {self.topic}-{self.partition}")
+            if child.result.done():
+                raise ValueError(f"child {child!r} is already done")
+            if child.builder.count == 0:
+                raise ValueError(f"child {child!r} holds no records")
+            total += child.builder.count
+        if total != self.builder.count:
+            raise ValueError(f"the children hold {total} records, {self!r} holds "
+                             f"{self.builder.count}")
+        cdef int32_t offset = 0
+        for c in children:
+            child = <ProducerBatch>c
+            child.parent = self
+            child.parent_offset = offset
+            offset += child.builder.count
+        self.children = list(children)
+        self.pending_children = <int>len(children)
+
+    def child_done(self):
+        """Call it on a child batch right after completing it (its ``result`` set and
+        its waiters woken). True when this call made the last of its parent's children
+        done: the caller must then complete ``self.parent`` (set its outcome and
+        ``result``, :meth:`wake_waiters`) and call ``child_done()`` on the parent in
+        turn, since the parent may itself be a child (nested splits). False otherwise,
+        for a batch that has no parent, and for a second call on the same child.
+        """
+        cdef ProducerBatch parent = self.parent
+        if parent is None or self.reported:
+            return False
+        if not self.result.done():
+            raise InvalidStateError(f"child_done() on {self!r}, whose result is not set")
+        self.reported = True
+        parent.pending_children -= 1
+        return parent.pending_children == 0
+
+    cdef ProducerBatch descend(self, int32_t* index):
+        # The batch that gives the outcome of the record at index[0] of this batch:
+        # down through the children while the child holding it is done (a parent
+        # completed on its own, e.g. aborted, answers for its children not done).
+        # index[0] becomes the record's index in that batch.
+        cdef ProducerBatch b = self, child
+        cdef list ch
+        cdef Py_ssize_t lo, hi, mid
+        cdef int32_t i = index[0]
+        while b.children is not None:
+            ch = b.children
+            lo = 0
+            hi = PyList_GET_SIZE(ch) - 1
+            while lo < hi:  # the last child starting at or before i
+                mid = (lo + hi + 1) // 2
+                if (<ProducerBatch>PyList_GET_ITEM(ch, mid)).parent_offset <= i:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            child = <ProducerBatch>PyList_GET_ITEM(ch, lo)
+            if (i < child.parent_offset or i - child.parent_offset >= child.builder.count
+                    or not child.result.done()):
+                break
+            i -= child.parent_offset
+            b = child
+        index[0] = i
+        return b
+
+    # -- failures --------------------------------------------------------------------
+
+    cdef int collect_failures(self, list out, set seen, bint with_tb) except -1:
+        # Appends this batch's distinct errors, in record order, to ``out``:
+        # (topic, partition, error), or (error, traceback) with ``with_tb``.
+        cdef ProducerBatch child
+        if self.children is not None:
+            for c in self.children:
+                child = <ProducerBatch>c
+                if child.result.done():
+                    child.collect_failures(out, seen, with_tb)
+                elif self.result.done() and self.error_ is not None:
+                    # completed on its own (aborted): its error is this child's records'
+                    self.add_failure(out, seen, with_tb, self.error_)
+            return 0
+        if not self.result.done():
+            return 0
+        if self.record_errors_:
+            for index in sorted(self.record_errors_):
+                self.add_failure(out, seen, with_tb, self.record_errors_[index])
+            if self.error_ is not None and len(self.record_errors_) < self.builder.count:
+                self.add_failure(out, seen, with_tb, self.error_)
+        elif self.error_ is not None:
+            self.add_failure(out, seen, with_tb, self.error_)
+        return 0
+
+    cdef int add_failure(self, list out, set seen, bint with_tb, object err) except -1:
+        if id(err) in seen:
+            return 0
+        seen.add(id(err))
+        if with_tb:
+            out.append((err, self.tb_of(err)))
+        else:
+            out.append((self.topic, self.partition, err))
+        return 0
+
+    def failures(self):
+        """``(topic, partition, error)`` of each distinct error of this batch's records
+        so far, in record order: its record errors and its error, or, for a split
+        batch, those of its done children (recursively); an error shared by several
+        records is listed once. Empty while nothing failed."""
+        cdef list out = []
+        self.collect_failures(out, set(), False)
+        return out
+
+    def first_failure(self):
+        """``(error, traceback)`` of the first of :meth:`failures`, with the traceback
+        the error had when the batch recorded it (raise ``error.with_traceback(tb)``);
+        None when nothing failed."""
+        cdef list out = []
+        self.collect_failures(out, set(), True)
+        return out[0] if out else None
+
+    # -- waiting ---------------------------------------------------------------------
 
     def waiter(self):
         """A new future that :meth:`wake_waiters` resolves when the batch completes
@@ -141,21 +369,60 @@ cdef class ProducerBatch:
         return self.builder.closed_
 
     def __repr__(self):
+        split = "" if self.children is None else f" split={len(self.children)}"
         return (f"<ProducerBatch {self.topic}-{self.partition} records={self.builder.count} "
-                f"attempts={self.attempts} seq={self.base_sequence}>")
+                f"attempts={self.attempts} seq={self.base_sequence}{split}>")
 
 
-# It refers only to its batch. A cycle through it (a done-callback that captures it,
-# held by the batch's future) is broken when the batch completes, and every batch is
+# RecordFuture.flags
+cdef enum:
+    CANCELLED = 1   # cancel() ran while it was pending
+    HOOKED = 2      # its _batch_done hook is on the batch's result future
+    BLOCKING = 4    # _asyncio_future_blocking
+
+
+cdef int schedule_callbacks(RecordFuture fut) except -1:
+    # Schedule the future's callbacks on its batch's loop, and forget them.
+    cdef list cbs = fut.callbacks
+    if cbs is None:
+        return 0
+    fut.callbacks = None
+    loop = fut.batch.result.get_loop()
+    for entry in cbs:
+        loop.call_soon((<tuple>entry)[0], fut, context=(<tuple>entry)[1])
+    return 0
+
+
+# It refers only to its batch (and, while they wait, to the callbacks added to it and
+# the private future of a task awaiting it). A cycle through it (a done-callback that
+# captures it) is broken when the record is done: its callbacks are dropped as they
+# are scheduled, on cancel() and on remove_done_callback(), and every batch is
 # completed (acknowledged, failed, or aborted on close). Keeping one object per record
 # out of the collector's counts makes collections, and their pauses, rarer.
 @cython.no_gc
 @cython.freelist(256)
 cdef class RecordFuture:
-    """The result of one ``send()``: await it, or add a done callback.
+    """The result of one ``send()``: an awaitable future of its RecordMetadata.
 
-    Like Java's ``FutureRecordMetadata``, it is (batch, index): the only asyncio
-    future is the batch's.
+    Like Java's ``FutureRecordMetadata``, it is (batch, index): the only asyncio future
+    is the batch's. It has the interface of ``asyncio.Future`` (``asyncio.isfuture()``
+    is true), so ``asyncio.wait``, ``gather``, ``as_completed``, ``wait_for``,
+    ``shield`` and ``ensure_future`` take it as it is:
+
+    - ``done()`` once its batch is completed (a split batch: once all the batches its
+      records moved to are) or it is cancelled. ``result()`` gives the RecordMetadata or
+      raises the record's error, with the traceback the error had when the batch
+      failed (as ``asyncio.Future``); a KIP-467 per-record error wins over the batch's.
+    - Done-callbacks are scheduled with ``loop.call_soon(callback, self,
+      context=context)`` when the record is done (the batch's loop, the context
+      given, or the one current at ``add_done_callback``), and then forgotten.
+    - ``cancel()`` cancels this handle only: ``cancelled()`` is then True,
+      ``result()``/``exception()`` raise CancelledError, its callbacks are scheduled
+      and tasks awaiting it get CancelledError. The record itself is still sent, and
+      its batch and the other records are not affected: like Java, a record cannot be
+      unsent. cancel() of a done future returns False.
+    - ``await`` waits on a private future of the batch: a task cancelled while
+      awaiting it gets CancelledError, and nothing else changes.
     """
 
     def __init__(self, ProducerBatch batch, int32_t index, int64_t timestamp,
@@ -167,40 +434,150 @@ cdef class RecordFuture:
         self.value_size = value_size
 
     def __await__(self):
-        waiter = self.batch.waiter()
-        if waiter is not None:
-            yield from waiter
+        if not self.flags & CANCELLED:
+            waiter = self.batch.waiter()
+            if waiter is not None:
+                # Known to cancel(), which must wake this task too.
+                if self.awaiting is None:
+                    self.awaiting = waiter
+                elif type(self.awaiting) is list:
+                    self.awaiting.append(waiter)
+                else:
+                    self.awaiting = [self.awaiting, waiter]
+                try:
+                    yield from waiter
+                finally:
+                    if self.flags & CANCELLED:
+                        pass  # cancel() took the waiters (awaiting is its message now)
+                    elif self.awaiting is waiter:
+                        self.awaiting = None
+                    elif type(self.awaiting) is list and waiter in <list>self.awaiting:
+                        (<list>self.awaiting).remove(waiter)
         return self.result()
 
     def done(self):
-        return self.batch.result.done()
+        """True once the record is acknowledged or failed, or this handle cancelled."""
+        return bool(self.flags & CANCELLED) or self.batch.result.done()
+
+    def cancelled(self):
+        """True if :meth:`cancel` cancelled this handle (the record is still sent)."""
+        return bool(self.flags & CANCELLED)
 
     def result(self):
-        """The RecordMetadata; raises the record's error, or InvalidStateError if not done."""
+        """The RecordMetadata. Raises the record's error (with the traceback it had when
+        the batch failed), CancelledError if cancelled, InvalidStateError if not done."""
+        if self.flags & CANCELLED:
+            raise self._make_cancelled_error()
         cdef ProducerBatch b = self.batch
         if not b.result.done():
-            b.result.result()  # raises asyncio.InvalidStateError
-        if b.error is not None:
-            raise b.error
-        offset = b.base_offset + self.index if b.base_offset >= 0 else -1
-        ts = b.log_append_time if b.log_append_time >= 0 else self.timestamp
+            raise InvalidStateError("Result is not set.")
+        cdef int32_t i = self.index
+        if b.children is not None:
+            b = b.descend(&i)
+        err = b.error_for(i)
+        if err is not None:
+            raise err.with_traceback(b.tb_of(err))
         cdef RecordMetadata meta = RecordMetadata.__new__(RecordMetadata)
         meta.topic = b.topic
         meta.partition = b.partition
-        meta.offset = offset
-        meta.timestamp = ts
+        meta.offset = b.base_offset + i if b.base_offset >= 0 else -1
+        meta.timestamp = b.log_append_time if b.log_append_time >= 0 else self.timestamp
         meta.serialized_key_size = self.key_size
         meta.serialized_value_size = self.value_size
         return meta
 
     def exception(self):
-        if not self.batch.result.done():
-            self.batch.result.result()  # raises asyncio.InvalidStateError
-        return self.batch.error
+        """The record's error, None on success. Raises CancelledError if cancelled,
+        InvalidStateError if not done."""
+        if self.flags & CANCELLED:
+            raise self._make_cancelled_error()
+        cdef ProducerBatch b = self.batch
+        if not b.result.done():
+            raise InvalidStateError("Exception is not set.")
+        cdef int32_t i = self.index
+        if b.children is not None:
+            b = b.descend(&i)
+        return b.error_for(i)
 
-    def add_done_callback(self, callback):
-        """Call ``callback(self)`` on the event loop once the record is done."""
-        self.batch.result.add_done_callback(lambda _f: callback(self))
+    def add_done_callback(self, callback, *, context=None):
+        """Schedule ``callback(self)`` with ``loop.call_soon(callback, self,
+        context=context)`` once the record is done (at once if it is done).
+        ``context`` defaults to a copy of the current one. The first callback of a
+        pending future hooks it on its batch's result future (once); a record whose
+        future gets no callback costs nothing here."""
+        if context is None:
+            context = copy_context()
+        if self.callbacks is None:
+            if self.flags & CANCELLED or self.batch.result.done():
+                self.batch.result.get_loop().call_soon(callback, self, context=context)
+                return
+            self.callbacks = [(callback, context)]
+        else:  # pending, or done with its hook still to run: keep the order
+            (<list>self.callbacks).append((callback, context))
+        if not self.flags & HOOKED:
+            self.flags |= HOOKED
+            self.batch.result.add_done_callback(self._batch_done)
+
+    def remove_done_callback(self, callback):
+        """Remove every registration of ``callback`` not yet scheduled; returns how
+        many."""
+        cdef list cbs = self.callbacks
+        if cbs is None:
+            return 0
+        cdef list kept = [entry for entry in cbs if (<tuple>entry)[0] != callback]
+        cdef Py_ssize_t removed = len(cbs) - len(kept)
+        if removed:
+            self.callbacks = kept if kept else None
+        return removed
+
+    def _batch_done(self, _result):
+        # The hook on the batch's result future: schedule the callbacks, forget them.
+        schedule_callbacks(self)
+
+    def cancel(self, msg=None):
+        """Cancel this handle, not the record (see the class docstring). False if it is
+        done already; else True, and its callbacks are scheduled."""
+        if self.flags & CANCELLED or self.batch.result.done():
+            return False
+        self.flags |= CANCELLED
+        awaiting = self.awaiting
+        self.awaiting = msg  # from now on, the message (no task awaits it any more)
+        schedule_callbacks(self)
+        if awaiting is not None:
+            if type(awaiting) is list:
+                for w in <list>awaiting:
+                    w.cancel(msg)
+            else:
+                awaiting.cancel(msg)
+        return True
+
+    def get_loop(self):
+        """The event loop of the record's batch."""
+        return self.batch.result.get_loop()
+
+    def _make_cancelled_error(self):
+        # asyncio.gather() asks a cancelled child for this.
+        msg = self._cancel_message
+        return CancelledError() if msg is None else CancelledError(msg)
+
+    @property
+    def _cancel_message(self):
+        # asyncio.gather() reads it from a cancelled child.
+        return self.awaiting if self.flags & CANCELLED else None
+
+    @property
+    def _asyncio_future_blocking(self):
+        # asyncio.isfuture() is true for a class with this attribute not None. (A task
+        # sets it back to False after a future it awaits yielded itself with True;
+        # this one always yields its private waiter instead.)
+        return bool(self.flags & BLOCKING)
+
+    @_asyncio_future_blocking.setter
+    def _asyncio_future_blocking(self, value):
+        if value:
+            self.flags |= BLOCKING
+        else:
+            self.flags &= <unsigned char>~BLOCKING
 
     @property
     def topic(self):
@@ -212,8 +589,10 @@ cdef class RecordFuture:
 
     def __repr__(self):
         state = "pending"
-        if self.batch.result.done():
-            state = "failed" if self.batch.error is not None else "done"
+        if self.flags & CANCELLED:
+            state = "cancelled"
+        elif self.batch.result.done():
+            state = "failed" if self.exception() is not None else "done"
         return f"<RecordFuture {self.batch.topic}-{self.batch.partition}#{self.index} {state}>"
 
 
