@@ -11,27 +11,39 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import ssl
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .compression import validate_level
 from .errors import ConfigError
-from .net.security import (
-    SASL_MECHANISMS,
-    SECURITY_PROTOCOLS,
-    Secret,
-    Security,
-    TokenProvider,
-    make_ssl_context,
-)
 
-__all__ = ["Partitioner", "ProducerConfig", "Serializer"]
+if TYPE_CHECKING:
+    from .net.security import Security
+
+__all__ = [
+    "SASL_MECHANISMS",
+    "SECURITY_PROTOCOLS",
+    "OAuthToken",
+    "Partitioner",
+    "ProducerConfig",
+    "Serializer",
+    "TokenProvider",
+]
 
 #: ``(topic, serialized_key, num_partitions) -> partition``
 Partitioner = Callable[[str, bytes | None, int], int]
 #: turns a user object into bytes (or None)
 Serializer = Callable[[Any], bytes | bytearray | memoryview | None]
+#: what an OAUTHBEARER token provider returns: a token, or (token, SASL extensions)
+OAuthToken = str | tuple[str, Mapping[str, str]]
+#: ``sasl_oauth_token_provider``: ``async () -> OAuthToken``
+TokenProvider = Callable[[], Awaitable[OAuthToken]]
+
+#: accepted values of ``security_protocol``
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+#: accepted values of ``sasl_mechanism``
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 
 _MAX_INT32 = 2**31 - 1
 _DEFAULT_BATCH_MAX = 262144
@@ -320,22 +332,11 @@ class ProducerConfig:
                               "sasl_plain_password")
 
     def security(self) -> Security:
-        """The connection security these options describe (builds the TLS context)."""
-        proto = self.security_protocol.upper()
-        ctx = None
-        if proto in ("SSL", "SASL_SSL"):
-            ctx = self.ssl_context or make_ssl_context(
-                cafile=self.ssl_cafile, certfile=self.ssl_certfile, keyfile=self.ssl_keyfile,
-                password=Secret(self.ssl_password) if self.ssl_password is not None else None,
-                check_hostname=self.ssl_check_hostname)
-        sasl = proto in ("SASL_PLAINTEXT", "SASL_SSL")
-        return Security(
-            protocol=proto, ssl_context=ctx,
-            sasl_mechanism=self.sasl_mechanism.upper() if sasl else None,
-            username=self.sasl_plain_username if sasl else None,
-            password=(Secret(self.sasl_plain_password)
-                      if sasl and self.sasl_plain_password is not None else None),
-            token_provider=self.sasl_oauth_token_provider if sasl else None)
+        """The connection security these options describe; loads (and checks) the TLS
+        files. Same as :func:`aioproducer.net.security.security_from_config`."""
+        from .net.security import security_from_config
+
+        return security_from_config(self)
 
     @property
     def servers(self) -> list[str]:

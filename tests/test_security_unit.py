@@ -10,7 +10,8 @@ import pytest
 
 from aioproducer import Producer, ProducerConfig
 from aioproducer.errors import AuthenticationError, ConfigError
-from aioproducer.net.security import OAuthBearer, Plain, Scram, Secret
+from aioproducer.net.sasl import OAuthBearer, Plain, Scram
+from aioproducer.net.security import Secret
 
 pytestmark = pytest.mark.asyncio
 

@@ -16,6 +16,11 @@ Futures handed out by :meth:`BrokerConnection.send_raw` belong to the caller; a
 done callback (or the caller's own ``callback``) marks their exception as retrieved,
 so a caller that only looks at ``fut.exception()`` in a callback (or drops the future
 on shutdown) never makes asyncio log "Future exception was never retrieved".
+
+With SASL, a :class:`~aioproducer.net.sasl.SaslAuthenticator` authenticates the
+connection after version negotiation and re-authenticates it (KIP-368); the
+connection gives it :meth:`~BrokerConnection.hold_writes` /
+:meth:`~BrokerConnection.release_writes` and tells it when it goes idle.
 """
 
 from __future__ import annotations
@@ -26,7 +31,6 @@ import functools
 import io
 import logging
 import os
-import random
 import socket
 import ssl
 import struct
@@ -42,14 +46,6 @@ import kio.schema.api_versions.v2.request as _av2_req
 import kio.schema.api_versions.v2.response as _av2_resp
 import kio.schema.api_versions.v3.request as _av3_req
 import kio.schema.api_versions.v3.response as _av3_resp
-import kio.schema.sasl_authenticate.v0.request as _sa0_req
-import kio.schema.sasl_authenticate.v0.response as _sa0_resp
-import kio.schema.sasl_authenticate.v1.request as _sa1_req
-import kio.schema.sasl_authenticate.v1.response as _sa1_resp
-import kio.schema.sasl_authenticate.v2.request as _sa2_req
-import kio.schema.sasl_authenticate.v2.response as _sa2_resp
-import kio.schema.sasl_handshake.v1.request as _sh1_req
-import kio.schema.sasl_handshake.v1.response as _sh1_resp
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.schema.index import api_key_map
@@ -57,7 +53,6 @@ from kio.serial import entity_writer
 from kio.static.protocol import RequestPayload, ResponsePayload
 
 from ..errors import (
-    AuthenticationError,
     KafkaConnectionError,
     KafkaError,
     ProtocolError,
@@ -67,7 +62,8 @@ from ..errors import (
     for_code,
 )
 from .protocol import decode_entity, read_uvarint
-from .security import OAuthBearer, Security
+from .sasl import SaslAuthenticator
+from .security import Security
 
 __all__ = ["API_VERSIONS_KEY", "BrokerConnection", "api_name"]
 
@@ -103,14 +99,6 @@ _API_VERSIONS_RESPONSES: dict[int, type[_ApiVersionsResponse]] = {
     3: _av3_resp.ApiVersionsResponse,
 }
 _API_VERSIONS_MAX: Final = 3
-_SASL_HANDSHAKE: Final = 17
-_SASL_AUTHENTICATE: Final = 36
-_SASL_AUTH_TYPES: dict[int, tuple[Any, Any]] = {
-    0: (_sa0_req.SaslAuthenticateRequest, _sa0_resp.SaslAuthenticateResponse),
-    1: (_sa1_req.SaslAuthenticateRequest, _sa1_resp.SaslAuthenticateResponse),
-    2: (_sa2_req.SaslAuthenticateRequest, _sa2_resp.SaslAuthenticateResponse),
-}
-_UNSUPPORTED_MECHANISM: Final = int(ErrorCode.unsupported_sasl_mechanism)
 
 
 def api_name(api_key: int) -> str:
@@ -166,13 +154,9 @@ class BrokerConnection(asyncio.Protocol):
                  security: Security | None = None) -> None:
         self.host = host
         self.security = security
-        self.reauthentications = 0
-        """Successful KIP-368 re-authentications on this connection."""
+        self._sasl = (SaslAuthenticator(self, security)
+                      if security is not None and security.sasl else None)
         self._paused = False
-        self._reauth_due = False
-        self._reauth_timer: asyncio.TimerHandle | None = None
-        self._reauth_task: asyncio.Task[None] | None = None
-        self._gate: asyncio.Future[None] | None = None
         self.port = port
         self.node_id = node_id
         self.client_id = client_id
@@ -245,8 +229,8 @@ class BrokerConnection(asyncio.Protocol):
                                        ) from exc
         try:
             await conn._negotiate_versions()
-            if security is not None and security.sasl:
-                await conn._authenticate()
+            if conn._sasl is not None:
+                await conn._sasl.authenticate()
         except BaseException as exc:
             if isinstance(exc, KafkaError):
                 conn.close(f"connection set-up failed: {exc}")
@@ -279,6 +263,11 @@ class BrokerConnection(asyncio.Protocol):
     def in_flight(self) -> int:
         """Requests sent and still waiting for their response."""
         return len(self._in_flight)
+
+    @property
+    def reauthentications(self) -> int:
+        """Successful KIP-368 re-authentications on this connection."""
+        return self._sasl.reauthentications if self._sasl is not None else 0
 
     def version_for(self, api_key: int, lo: int, hi: int) -> int:
         """The highest version of ``api_key`` in ``lo..hi`` that the broker supports."""
@@ -327,9 +316,8 @@ class BrokerConnection(asyncio.Protocol):
             )
         if self.api_versions:
             self.version_for(api_key, version, version)
-        gate = self._gate
-        if gate is not None and asyncio.current_task() is not self._reauth_task:
-            await asyncio.shield(gate)  # held while the connection re-authenticates
+        if self._sasl is not None:
+            await self._sasl.wait_turn()  # held while the connection re-authenticates
         buf = io.BytesIO()
         entity_writer(type(req))(buf, req)
         rtype: type[Any] = (load_response_schema(api_key, version) if response_type is None
@@ -489,98 +477,23 @@ class BrokerConnection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._paused = False
-        if self._reauth_due:
+        if self._sasl is not None and self._sasl.reauth_due:
             return  # still held for re-authentication
         self.can_write = True
         cb = self.on_writable
         if cb is not None:
             cb()
 
-    # -- SASL ----------------------------------------------------------------------------
+    # -- for the SASL authenticator ------------------------------------------------------
 
-    async def _authenticate(self) -> None:
-        """SaslHandshake, then SaslAuthenticate round trips until the mechanism is done.
-
-        Raises :class:`AuthenticationError` (not retriable) when the broker refuses.
-        """
-        sec = self.security
-        assert sec is not None and sec.sasl_mechanism is not None
-        mech = sec.mechanism()
-        self.version_for(_SASL_HANDSHAKE, 1, 1)
-        hs = await self.request(_sh1_req.SaslHandshakeRequest(mechanism=mech.name),
-                                _sh1_resp.SaslHandshakeResponse)
-        code = int(hs.error_code)
-        if code == _UNSUPPORTED_MECHANISM:
-            raise AuthenticationError(
-                f"{self} does not enable SASL mechanism {mech.name}; it offers "
-                f"{', '.join(hs.mechanisms) or 'none'}")
-        if code != 0:
-            raise AuthenticationError(f"SaslHandshake with {self} failed: "
-                                      f"{for_code(code)}")
-        version = self.version_for(_SASL_AUTHENTICATE, 0, 2)
-        req_t, resp_t = _SASL_AUTH_TYPES[version]
-        message: bytes | None = await mech.start()
-        lifetime_ms = 0
-        while message is not None:
-            resp = await self.request(req_t(auth_bytes=message), resp_t)
-            code = int(resp.error_code)
-            if code != 0:
-                detail = resp.error_message or for_code(code).args[0]
-                if isinstance(mech, OAuthBearer) and mech.error_detail:
-                    detail += f" ({mech.error_detail})"
-                raise AuthenticationError(
-                    f"SASL {mech.name} authentication with {self} failed: {detail}")
-            if version >= 1:
-                life = resp.session_lifetime
-                lifetime_ms = int(life.total_seconds() * 1000) if life is not None else 0
-            message = mech.respond(bytes(resp.auth_bytes))
-        log.debug("%s: authenticated with SASL %s (session lifetime %d ms)", self,
-                  mech.name, lifetime_ms)
-        if lifetime_ms > 0:
-            self._schedule_reauth(lifetime_ms)
-
-    def _schedule_reauth(self, lifetime_ms: int) -> None:
-        """KIP-368: authenticate again before the broker's session expires (at 85-95 %
-        of its lifetime, like the Java client)."""
-        assert self._loop is not None
-        delay = lifetime_ms / 1000.0 * random.uniform(0.85, 0.95)
-        if self._reauth_timer is not None:
-            self._reauth_timer.cancel()
-        self._reauth_timer = self._loop.call_later(delay, self._reauth_start)
-
-    def _reauth_start(self) -> None:
-        """Hold new writes; re-authenticate once the in-flight requests are answered
-        (the broker takes SaslHandshake only between requests)."""
-        self._reauth_timer = None
-        if self._closing:
-            return
-        self._reauth_due = True
+    def hold_writes(self) -> None:
+        """Take no new writes (``can_write`` False) until :meth:`release_writes`; the
+        authenticator holds them while re-authenticating."""
         self.can_write = False
-        assert self._loop is not None
-        if self._gate is None:
-            self._gate = self._loop.create_future()
-        self._maybe_reauth()
 
-    def _maybe_reauth(self) -> None:
-        if not self._reauth_due or self._reauth_task is not None or self._in_flight:
-            return
-        assert self._loop is not None
-        self._reauth_task = self._loop.create_task(self._reauth())
-
-    async def _reauth(self) -> None:
-        try:
-            await self._authenticate()
-        except Exception as exc:
-            log.warning("re-authentication with %s failed: %s", self, exc)
-            self._shutdown(f"re-authentication failed: {exc}", exc)
-        else:
-            self.reauthentications += 1
-        finally:
-            self._reauth_task = None
-            self._reauth_due = False
-            gate, self._gate = self._gate, None
-            if gate is not None and not gate.done():
-                gate.set_result(None)
+    def release_writes(self) -> None:
+        """``can_write`` again (unless closed, or the transport's buffer is full), and
+        ``on_writable()``."""
         if not self._closing and not self._paused:
             self.can_write = True
             cb = self.on_writable
@@ -701,8 +614,9 @@ class BrokerConnection(asyncio.Protocol):
             fut.set_result(result)
         if head.callback is not None:
             head.callback(fut)
-        if self._reauth_due and not self._in_flight:
-            self._maybe_reauth()
+        sasl = self._sasl
+        if sasl is not None and sasl.reauth_due and not self._in_flight:
+            sasl.connection_idle()
 
     def _protocol_error(self, message: str) -> None:
         log.warning("%s; closing the connection", message)
@@ -739,9 +653,11 @@ class BrokerConnection(asyncio.Protocol):
 
     # -- closing -----------------------------------------------------------------------
 
-    def close(self, reason: str = "closed by the client") -> None:
-        """Close now, failing every in-flight request. Idempotent."""
-        self._shutdown(reason, None)
+    def close(self, reason: str = "closed by the client",
+              cause: BaseException | None = None) -> None:
+        """Close now, failing every in-flight request (with ``cause`` as the
+        ``__cause__`` of their :class:`KafkaConnectionError`). Idempotent."""
+        self._shutdown(reason, cause)
 
     async def wait_closed(self) -> None:
         """Wait until the transport is fully closed."""
@@ -759,12 +675,8 @@ class BrokerConnection(asyncio.Protocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self._reauth_timer is not None:
-            self._reauth_timer.cancel()
-            self._reauth_timer = None
-        gate, self._gate = self._gate, None
-        if gate is not None and not gate.done():
-            gate.set_result(None)  # waiters go on and find the connection closed
+        if self._sasl is not None:
+            self._sasl.close()  # waiters go on and find the connection closed
         self._frame = None
         self._size_buf.clear()
         pending = list(self._in_flight)
