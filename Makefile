@@ -3,16 +3,19 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# Set by `make docs` only: the docs extra (MkDocs Material, mkdocstrings) is not
+# installed for `make test` / `make demo`.
+DOCS_STAMP := $(VENV)/.docs-installed
 # The newest pyspark whose spark-sql-kafka-0-10 jar is on Maven Central (4.2.1's and
 # 4.3.0's are not): bench/spark_bench.py runs Spark's Kafka sink of the same version.
 PYSPARK := pyspark[sql]==4.2.0
 
-.PHONY: venv build broker broker-stop demo test lint bench clean
+.PHONY: venv build broker broker-stop demo test lint bench docs clean
 
 $(STAMP): pyproject.toml setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip setuptools wheel "Cython>=3.0"
-	$(BIN)/pip install -q -e ".[test,spark]" "$(PYSPARK)" --no-build-isolation
+	$(BIN)/pip install -q -e ".[test,spark,cli]" "$(PYSPARK)" --no-build-isolation
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -42,5 +45,18 @@ lint: build
 bench: build
 	$(BIN)/python -m bench
 
+# The docs extra's pins, read from pyproject.toml (installing ".[docs]" would rebuild the
+# package): into the same venv, once, and again when pyproject.toml changes.
+$(DOCS_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["docs"]))' > $(VENV)/docs-requirements.txt
+	$(BIN)/pip install -q -r $(VENV)/docs-requirements.txt
+	touch $(DOCS_STAMP)
+
+# The documentation site (docs/, mkdocs.yml) into site/; any warning fails the build.
+# (NO_MKDOCS_2_WARNING: Material for MkDocs 9.7+ prints a banner about MkDocs 2.0 otherwise.)
+# The API reference reads the docstrings (and the compiled core's .pyi stubs).
+docs: $(DOCS_STAMP) build
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
 clean: broker-stop
-	rm -rf build $(VENV) .broker aioproducer/_native/*.c aioproducer/_native/*.so
+	rm -rf build site $(VENV) .broker aioproducer/_native/*.c aioproducer/_native/*.so
