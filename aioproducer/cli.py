@@ -94,7 +94,9 @@ async def _prepare_topic(config: ProducerConfig, topic: str, *,
     """Check (or create) ``topic`` before producing, so that a wrong name fails at once
     instead of after ``max.block.ms``. Connects with the producer's own settings."""
     from .errors import for_code
+    from .net.admin import Admin
     from .net.client import KafkaClient
+    from .net.security import security_from_config
 
     client = KafkaClient(
         config.servers, client_id=f"{config.client_id}-cli",
@@ -102,12 +104,13 @@ async def _prepare_topic(config: ProducerConfig, topic: str, *,
         connect_timeout_ms=config.socket_connection_setup_timeout_ms,
         reconnect_backoff_ms=config.reconnect_backoff_ms,
         reconnect_backoff_max_ms=config.reconnect_backoff_max_ms,
-        security=config.security())
+        security=security_from_config(config))
     try:
         response = await client.bootstrap(config.max_block_ms / 1000.0, topics=[topic])
         if create_partitions is not None:
-            await client.create_topics([(topic, create_partitions, -1, {})],
-                                       config.request_timeout_ms / 1000.0, exist_ok=True)
+            await Admin(client).create_topics([(topic, create_partitions, -1, {})],
+                                              config.request_timeout_ms / 1000.0,
+                                              exist_ok=True)
             return
         found = next((t for t in response.topics if str(t.name) == topic), None)
         code = int(found.error_code) if found is not None else 3

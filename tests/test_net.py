@@ -43,6 +43,7 @@ from aioproducer.errors import (
     UnknownTopicOrPartitionError,
     UnsupportedVersionError,
 )
+from aioproducer.net.admin import Admin
 from aioproducer.net.client import KafkaClient, parse_bootstrap_servers
 from aioproducer.net.connection import BrokerConnection
 from aioproducer.net.protocol import (
@@ -150,12 +151,12 @@ async def new_topic(bootstrap: str, partitions: int = 1) -> AsyncIterator[tuple[
                                                                                 str, Any]]:
     name = f"test-net-{uuid.uuid4().hex[:10]}"
     async with admin(bootstrap) as client:
-        await client.create_topics([(name, partitions, 1, {})], 15.0)
+        await Admin(client).create_topics([(name, partitions, 1, {})], 15.0)
         try:
             info = await wait_for_topic(client, name)
             yield client, name, info
         finally:
-            await client.delete_topics([name], 15.0, missing_ok=True)
+            await Admin(client).delete_topics([name], 15.0, missing_ok=True)
 
 
 # -- a scripted broker on 127.0.0.1 --------------------------------------------------
@@ -476,19 +477,22 @@ async def test_metadata_and_topic_admin(bootstrap: str) -> None:
         assert set(client.nodes) == {int(b.node_id) for b in md.brokers}
         assert all(n >= 0 for n in client.nodes)
         name = f"test-net-admin-{uuid.uuid4().hex[:8]}"
-        await client.create_topics([(name, 3, 1, {"retention.ms": "60000"})], 15.0)
+        topic_admin = Admin(client)
+        await topic_admin.create_topics([(name, 3, 1, {"retention.ms": "60000"})], 15.0)
         try:
-            await client.create_topics([(name, 3, 1, {})], 15.0, exist_ok=True)
+            await topic_admin.create_topics([(name, 3, 1, {})], 15.0, exist_ok=True)
             with pytest.raises(BrokerResponseError) as info:
-                await client.create_topics([(name, 3, 1, {})], 15.0)
+                await topic_admin.create_topics([(name, 3, 1, {})], 15.0)
             assert info.value.code == ErrorCode.topic_already_exists
             assert name in str(info.value)
+            # KafkaClient keeps the same methods (aioproducer.testing.plugin uses them).
+            await client.create_topics([(name, 3, 1, {})], 15.0, exist_ok=True)
             t = await wait_for_topic(client, name)
             assert t.name == name and len(t.partitions) == 3 and t.topic_id is not None
         finally:
-            await client.delete_topics([name], 15.0)
+            await topic_admin.delete_topics([name], 15.0)
         with pytest.raises(UnknownTopicOrPartitionError):
-            await client.delete_topics([name], 15.0)
+            await topic_admin.delete_topics([name], 15.0)
         await client.delete_topics([name], 15.0, missing_ok=True)
         # Deletion reaches the broker's metadata cache asynchronously.
         deadline = time.monotonic() + 15

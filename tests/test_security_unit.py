@@ -1,17 +1,27 @@
 """SASL mechanisms and secret handling, without a broker (the broker tests are in
 test_security.py): SCRAM against the RFC 7677 test vector, tampered server messages,
-PLAIN and OAUTHBEARER messages, and secrets kept out of repr()."""
+PLAIN and OAUTHBEARER messages, secrets kept out of repr(), and the re-authentication
+schedule of :class:`SaslAuthenticator` on a scripted connection."""
 
 from __future__ import annotations
 
+import ast
+import asyncio
+import datetime
+import pathlib
 import pickle
+from typing import Any
 
+import kio.schema.sasl_handshake.v1.response as sasl_handshake_v1
 import pytest
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i64Timedelta
 
+import aioproducer.config
 from aioproducer import Producer, ProducerConfig
 from aioproducer.errors import AuthenticationError, ConfigError
-from aioproducer.net.sasl import OAuthBearer, Plain, Scram
-from aioproducer.net.security import Secret
+from aioproducer.net.sasl import OAuthBearer, Plain, SaslAuthenticator, Scram
+from aioproducer.net.security import Secret, Security, security_from_config
 
 pytestmark = pytest.mark.asyncio
 
@@ -115,3 +125,107 @@ async def test_security_config_errors() -> None:
                                      "sasl.mechanism": "scram-sha-512",
                                      "sasl.plain.username": "u", "sasl.plain.password": "p"})
     assert c.security().sasl_mechanism == "SCRAM-SHA-512"
+
+
+async def test_security_from_config() -> None:
+    plain = security_from_config(ProducerConfig.from_options())
+    assert plain == Security() and not plain.sasl and plain.ssl_context is None
+    sasl = security_from_config(ProducerConfig.from_options(
+        security_protocol="sasl_plaintext", sasl_mechanism="plain",
+        sasl_plain_username="u", sasl_plain_password="p"))
+    assert sasl.sasl and sasl.sasl_mechanism == "PLAIN" and sasl.username == "u"
+    assert sasl.password == Secret("p") and sasl.ssl_context is None
+
+
+async def test_config_module_does_not_import_the_network_layer() -> None:
+    """config.py holds plain fields; net/security.py builds TLS and SASL from them."""
+    tree = ast.parse(pathlib.Path(aioproducer.config.__file__).read_text())
+    for node in tree.body:  # module level; TYPE_CHECKING blocks are not ast.Import*
+        if isinstance(node, ast.ImportFrom):
+            assert not (node.module or "").startswith("net"), ast.unparse(node)
+
+
+# -- re-authentication (KIP-368) on a scripted connection ------------------------------
+
+
+class ScriptedChannel:
+    """A :class:`SaslChannel` whose broker accepts PLAIN (or refuses it when told to)
+    and gives sessions a lifetime of ``lifetime_ms``."""
+
+    def __init__(self, lifetime_ms: int) -> None:
+        self.lifetime_ms = lifetime_ms
+        self.in_flight = 0
+        self.is_connected = True
+        self.refuse = False
+        self.requests: list[str] = []
+        self.events: list[str] = []
+        self.closed: tuple[str, BaseException | None] | None = None
+
+    def version_for(self, api_key: int, lo: int, hi: int) -> int:
+        return hi
+
+    async def request(self, req: Any, response_type: type[Any], *,
+                      timeout_ms: int | None = None) -> Any:
+        self.requests.append(type(req).__name__)
+        await asyncio.sleep(0)
+        if response_type is sasl_handshake_v1.SaslHandshakeResponse:
+            return response_type(error_code=ErrorCode.none, mechanisms=("PLAIN",))
+        code = ErrorCode.sasl_authentication_failed if self.refuse else ErrorCode.none
+        return response_type(error_code=code, error_message=None, auth_bytes=b"",
+                             session_lifetime=i64Timedelta.parse(
+                                 datetime.timedelta(milliseconds=self.lifetime_ms)))
+
+    def hold_writes(self) -> None:
+        self.events.append("hold")
+
+    def release_writes(self) -> None:
+        self.events.append("release")
+
+    def close(self, reason: str = "closed", cause: BaseException | None = None) -> None:
+        self.closed = (reason, cause)
+        self.is_connected = False
+
+
+PLAIN_SECURITY = Security(protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
+                          username="alice", password=Secret("pw"))
+
+
+async def test_reauthentication_waits_for_the_requests_in_flight() -> None:
+    channel = ScriptedChannel(lifetime_ms=100)
+    auth = SaslAuthenticator(channel, PLAIN_SECURITY)
+    await auth.authenticate()
+    assert channel.requests == ["SaslHandshakeRequest", "SaslAuthenticateRequest"]
+    channel.in_flight = 1
+    await asyncio.sleep(0.15)  # the session is at 85..95 % of its lifetime
+    assert auth.reauth_due and channel.events == ["hold"]
+    assert len(channel.requests) == 2  # not while a request is in flight
+    waiter = asyncio.ensure_future(auth.wait_turn())
+    await asyncio.sleep(0.01)
+    assert not waiter.done()  # other requests wait for the re-authentication
+    channel.in_flight = 0
+    channel.lifetime_ms = 0  # no further re-authentication
+    auth.connection_idle()
+    await asyncio.wait_for(waiter, 1.0)
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert auth.reauthentications == 1 and not auth.reauth_due
+    assert channel.events == ["hold", "release"] and channel.closed is None
+    assert len(channel.requests) == 4
+    auth.close()
+
+
+async def test_failed_reauthentication_closes_the_connection() -> None:
+    channel = ScriptedChannel(lifetime_ms=50)
+    auth = SaslAuthenticator(channel, PLAIN_SECURITY)
+    await auth.authenticate()
+    channel.refuse = True
+    for _ in range(100):
+        await asyncio.sleep(0.01)
+        if channel.closed is not None:
+            break
+    assert channel.closed is not None
+    reason, cause = channel.closed
+    assert reason.startswith("re-authentication failed: SASL PLAIN authentication")
+    assert isinstance(cause, AuthenticationError)
+    assert auth.reauthentications == 0 and not auth.reauth_due
+    await asyncio.wait_for(auth.wait_turn(), 1.0)  # nobody is left waiting

@@ -4,10 +4,13 @@
   negotiation, request timeouts and zero-copy ``send_raw``;
 * :func:`encode_produce_body` / :func:`decode_produce_response` — the hand-written
   Produce request (v9..v13) and kio-decoded response;
-* :class:`KafkaClient` — node map, background connects with backoff, Metadata,
-  CreateTopics/DeleteTopics.
+* :class:`KafkaClient` — node map, background connects with backoff, Metadata;
+* :class:`Admin` (``net.admin``) — CreateTopics/DeleteTopics through a client;
+* ``net.sasl`` — SASL mechanisms and (re-)authentication of a connection;
+  ``net.security`` — TLS context and the :class:`Security` settings from a config.
 """
 
+from .admin import Admin
 from .client import KafkaClient, MetadataResponse, parse_bootstrap_servers
 from .connection import BrokerConnection, api_name
 from .protocol import (
@@ -25,6 +28,7 @@ __all__ = [
     "PRODUCE_API_KEY",
     "PRODUCE_MAX_VERSION",
     "PRODUCE_MIN_VERSION",
+    "Admin",
     "BrokerConnection",
     "KafkaClient",
     "MetadataResponse",

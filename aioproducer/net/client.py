@@ -3,8 +3,10 @@
 :class:`KafkaClient` keeps the node-id → address map from the latest metadata,
 opens connections in the background (``ready()``, with exponential reconnect
 backoff and jitter, like Java's ``NetworkClient``), and runs the control-plane
-requests the producer needs: Metadata, and CreateTopics/DeleteTopics for the
-CLI. Produce requests are written by the Sender directly on the connections.
+requests the producer needs: Metadata, and DescribeConfigs for a topic's
+``max.message.bytes``. Produce requests are written by the Sender directly on the
+connections; topic administration (CreateTopics/DeleteTopics) is in
+:mod:`.admin`, and :meth:`KafkaClient.on_any_node` runs such one-off requests.
 
 Before the first metadata, the bootstrap servers stand in as nodes with the
 negative ids ``-1, -2, ...`` (in the order given). When metadata arrives
@@ -19,13 +21,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import datetime
 import logging
 import random
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from types import ModuleType
 from typing import Any, Final, TypeAlias, TypeVar
 
 import kio.schema.metadata.v1.response as _m1
@@ -40,10 +39,7 @@ import kio.schema.metadata.v9.response as _m9
 import kio.schema.metadata.v10.response as _m10
 import kio.schema.metadata.v11.response as _m11
 import kio.schema.metadata.v12.response as _m12
-from kio.index import load_payload_module
-from kio.schema.errors import ErrorCode
-from kio.static.constants import EntityType
-from kio.static.primitive import i8, i16, i32, i32Timedelta
+from kio.static.primitive import i8
 
 from ..errors import (
     AuthenticationError,
@@ -56,7 +52,9 @@ from ..errors import (
     TLSError,
     for_code,
 )
+from .admin import Admin, TopicSpec
 from .connection import BrokerConnection
+from .protocol import build_entity, request_module
 from .security import Security
 
 __all__ = ["KafkaClient", "MetadataResponse", "parse_bootstrap_servers"]
@@ -85,18 +83,10 @@ _METADATA_TYPES: dict[int, type[MetadataResponse]] = {
 }
 
 METADATA_KEY: Final = 3
-CREATE_TOPICS_KEY: Final = 19
-DELETE_TOPICS_KEY: Final = 20
 DESCRIBE_CONFIGS_KEY: Final = 32
 _DESCRIBE_CONFIGS_VERSIONS: Final = (1, 4)
 _TOPIC_RESOURCE: Final = 2
 _METADATA_VERSIONS: Final = (1, 12)
-_CREATE_TOPICS_VERSIONS: Final = (2, 7)
-_DELETE_TOPICS_VERSIONS: Final = (1, 6)
-_ZERO_UUID: Final = uuid.UUID(int=0)
-_TOPIC_ALREADY_EXISTS: Final = int(ErrorCode.topic_already_exists)
-_UNKNOWN_TOPIC: Final = int(ErrorCode.unknown_topic_or_partition)
-_ADMIN_SLACK_S: Final = 5.0
 _JITTER: Final = 0.2
 
 
@@ -153,23 +143,6 @@ class _NodeState:
     """``time.monotonic()`` before which no new connection attempt is made."""
     last_error: BaseException | None = None
     task: asyncio.Task[None] | None = None
-
-
-def _kio_module(api_key: int, version: int, kind: EntityType) -> ModuleType:
-    if kind is EntityType.request:
-        return load_payload_module(api_key, version, EntityType.request)
-    return load_payload_module(api_key, version, EntityType.response)
-
-
-def _build(cls: Any, **values: Any) -> Any:
-    """Instantiate a kio dataclass with the fields this version has (others dropped)."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in values.items() if k in names})
-
-
-def _ms(seconds: float) -> i32Timedelta:
-    ms = max(0, min(int(seconds * 1000), 0x7FFFFFFF))
-    return i32Timedelta.parse(datetime.timedelta(milliseconds=ms))
 
 
 class KafkaClient:
@@ -433,53 +406,18 @@ class KafkaClient:
                              timeout_s: float) -> MetadataResponse:
         conn = await self.connect(node, timeout_s)
         version = conn.version_for(METADATA_KEY, *_METADATA_VERSIONS)
-        mod = _kio_module(METADATA_KEY, version, EntityType.request)
+        mod = request_module(METADATA_KEY, version)
         topic_list: tuple[Any, ...] | None = None
         if topics is not None:
-            topic_list = tuple(_build(mod.MetadataRequestTopic, name=t, topic_id=None)
+            topic_list = tuple(build_entity(mod.MetadataRequestTopic, name=t, topic_id=None)
                                for t in topics)
-        req = _build(mod.MetadataRequest, topics=topic_list, allow_auto_topic_creation=False,
-                     include_cluster_authorized_operations=False,
-                     include_topic_authorized_operations=False)
+        req = build_entity(mod.MetadataRequest, topics=topic_list,
+                           allow_auto_topic_creation=False,
+                           include_cluster_authorized_operations=False,
+                           include_topic_authorized_operations=False)
         return await conn.request(req, _METADATA_TYPES[version])
 
-    # -- admin -------------------------------------------------------------------------
-
-    async def create_topics(self, topics: Sequence[tuple[str, int, int, Mapping[str, str]]],
-                            timeout_s: float, *, exist_ok: bool = False) -> None:
-        """Create ``[(name, num_partitions, replication_factor, configs), ...]``.
-
-        ``-1`` for partitions or replication factor means the broker default.
-        Raises the typed :class:`BrokerResponseError` of the first failed topic;
-        ``exist_ok`` ignores TOPIC_ALREADY_EXISTS.
-        """
-        if not topics:
-            return
-
-        async def op(node: int, remaining: float) -> None:
-            conn = await self.connect(node, remaining)
-            version = conn.version_for(CREATE_TOPICS_KEY, *_CREATE_TOPICS_VERSIONS)
-            mod = _kio_module(CREATE_TOPICS_KEY, version, EntityType.request)
-            items = tuple(
-                _build(mod.CreatableTopic, name=name, num_partitions=i32(partitions),
-                       replication_factor=i16(replication), assignments=(),
-                       configs=tuple(_build(mod.CreatableTopicConfig, name=k, value=v)
-                                     for k, v in configs.items()))
-                for name, partitions, replication, configs in topics
-            )
-            req = _build(mod.CreateTopicsRequest, topics=items, timeout=_ms(timeout_s),
-                         validate_only=False)
-            resp: Any = await conn.request(req, timeout_ms=int((timeout_s + _ADMIN_SLACK_S)
-                                                               * 1000))
-            for t in resp.topics:
-                code = int(t.error_code)
-                if code == 0 or (exist_ok and code == _TOPIC_ALREADY_EXISTS):
-                    continue
-                msg = getattr(t, "error_message", None)
-                raise for_code(code, f"cannot create topic {t.name!r}" +
-                               (f": {msg}" if msg else ""))
-
-        await self.on_any_node(op, timeout_s + _ADMIN_SLACK_S, "create topics")
+    # -- topic configuration -------------------------------------------------------------
 
     async def topic_max_message_bytes(self, topic: str, timeout_s: float) -> int:
         """The topic's ``max.message.bytes`` as the broker applies it (the topic's own
@@ -492,11 +430,12 @@ class KafkaClient:
         async def op(node: int, remaining: float) -> int:
             conn = await self.connect(node, remaining)
             version = conn.version_for(DESCRIBE_CONFIGS_KEY, *_DESCRIBE_CONFIGS_VERSIONS)
-            mod = _kio_module(DESCRIBE_CONFIGS_KEY, version, EntityType.request)
-            req = _build(mod.DescribeConfigsRequest, include_synonyms=False,
-                         include_documentation=False, resources=(_build(
-                             mod.DescribeConfigsResource, resource_type=i8(_TOPIC_RESOURCE),
-                             resource_name=topic, configuration_keys=("max.message.bytes",)),))
+            mod = request_module(DESCRIBE_CONFIGS_KEY, version)
+            req = build_entity(
+                mod.DescribeConfigsRequest, include_synonyms=False,
+                include_documentation=False, resources=(build_entity(
+                    mod.DescribeConfigsResource, resource_type=i8(_TOPIC_RESOURCE),
+                    resource_name=topic, configuration_keys=("max.message.bytes",)),))
             resp: Any = await conn.request(req, timeout_ms=int(remaining * 1000))
             for result in resp.results:
                 code = int(result.error_code)
@@ -513,34 +452,17 @@ class KafkaClient:
 
         return await self.on_any_node(op, timeout_s, "describe topic configuration")
 
+    # -- topic administration (kept for aioproducer.testing.plugin) -----------------------
+
+    async def create_topics(self, topics: Sequence[TopicSpec], timeout_s: float, *,
+                            exist_ok: bool = False) -> None:
+        """Same as :meth:`Admin.create_topics <aioproducer.net.admin.Admin.create_topics>`."""
+        await Admin(self).create_topics(topics, timeout_s, exist_ok=exist_ok)
+
     async def delete_topics(self, names: Sequence[str], timeout_s: float, *,
                             missing_ok: bool = False) -> None:
-        """Delete topics by name; ``missing_ok`` ignores UNKNOWN_TOPIC_OR_PARTITION."""
-        if not names:
-            return
-
-        async def op(node: int, remaining: float) -> None:
-            conn = await self.connect(node, remaining)
-            version = conn.version_for(DELETE_TOPICS_KEY, *_DELETE_TOPICS_VERSIONS)
-            mod = _kio_module(DELETE_TOPICS_KEY, version, EntityType.request)
-            if hasattr(mod, "DeleteTopicState"):
-                req = _build(mod.DeleteTopicsRequest, timeout=_ms(timeout_s),
-                             topics=tuple(_build(mod.DeleteTopicState, name=n,
-                                                 topic_id=_ZERO_UUID) for n in names))
-            else:
-                req = _build(mod.DeleteTopicsRequest, timeout=_ms(timeout_s),
-                             topic_names=tuple(names))
-            resp: Any = await conn.request(req, timeout_ms=int((timeout_s + _ADMIN_SLACK_S)
-                                                               * 1000))
-            for t in resp.responses:
-                code = int(t.error_code)
-                if code == 0 or (missing_ok and code == _UNKNOWN_TOPIC):
-                    continue
-                msg = getattr(t, "error_message", None)
-                raise for_code(code, f"cannot delete topic {t.name!r}" +
-                               (f": {msg}" if msg else ""))
-
-        await self.on_any_node(op, timeout_s + _ADMIN_SLACK_S, "delete topics")
+        """Same as :meth:`Admin.delete_topics <aioproducer.net.admin.Admin.delete_topics>`."""
+        await Admin(self).delete_topics(names, timeout_s, missing_ok=missing_ok)
 
     # -- shutdown ----------------------------------------------------------------------
 

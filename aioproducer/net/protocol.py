@@ -1,6 +1,7 @@
 """Hand-written Produce request framing (the hot path) and small wire helpers.
 
-Everything else on the control plane goes through ``kio``'s generated entities;
+Everything else on the control plane goes through ``kio``'s generated entities
+(:func:`request_module` and :func:`build_entity` make a request of any version);
 Produce is written by hand so that record batches are never copied: the body is
 returned as a list of small header byte strings interleaved with the caller's
 record memoryviews, ready for ``transport.writelines``.
@@ -27,6 +28,7 @@ import dataclasses
 import struct
 import uuid
 from collections.abc import Sequence
+from types import ModuleType
 from typing import Any, TypeAlias, TypeVar
 
 import kio.schema.produce.v9.response as _r9
@@ -34,6 +36,7 @@ import kio.schema.produce.v10.response as _r10
 import kio.schema.produce.v11.response as _r11
 import kio.schema.produce.v12.response as _r12
 import kio.schema.produce.v13.response as _r13
+from kio.index import load_payload_module
 from kio.serial import entity_reader
 from kio.serial._introspect import (
     EntityField,
@@ -45,6 +48,7 @@ from kio.serial._introspect import (
     get_schema_field_type,
     is_optional,
 )
+from kio.static.constants import EntityType
 from kio.static.protocol import Entity
 
 from ..errors import ProtocolError, UnsupportedVersionError
@@ -77,6 +81,7 @@ __all__ = [
     "PRODUCE_MIN_VERSION",
     "PartitionProduceResponse",
     "ProduceResponse",
+    "build_entity",
     "check_entity_layout",
     "compact_string",
     "decode_entity",
@@ -84,6 +89,7 @@ __all__ = [
     "encode_produce_body",
     "produce_results",
     "read_uvarint",
+    "request_module",
     "uvarint",
 ]
 
@@ -406,3 +412,14 @@ def produce_results(
             name, topic_id = str(topic.name), None
         out.extend((name, topic_id, p) for p in topic.partition_responses)
     return out
+
+
+def request_module(api_key: int, version: int) -> ModuleType:
+    """kio's module of the request entities of ``api_key`` v``version``."""
+    return load_payload_module(api_key, version, EntityType.request)
+
+
+def build_entity(cls: Any, **values: Any) -> Any:
+    """Instantiate a kio dataclass with the fields this version has (others dropped)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in values.items() if k in names})
