@@ -1,4 +1,4 @@
-"""Transactions: the state machine and the coordinator requests (Java's TransactionManager).
+"""Transactions: the coordinator requests (Java's TransactionManager).
 
 A transactional producer talks to two coordinators besides the partition leaders:
 the *transaction coordinator* of its ``transactional_id`` (InitProducerId,
@@ -11,24 +11,22 @@ brokers that do not offer version 2 to it): every partition is added with
 AddPartitionsToTxn before the first batch goes to it, Produce is capped at v11,
 EndTxn at v4. Kafka 4.x brokers accept both.
 
-States, and what moves between them::
-
-    UNINITIALIZED --init_transactions()--> READY --begin_transaction()--> IN_TRANSACTION
-    IN_TRANSACTION --commit_transaction()--> COMMITTING --EndTxn--> READY
-    IN_TRANSACTION / ABORTABLE_ERROR --abort_transaction()--> ABORTING --EndTxn--> READY
-    IN_TRANSACTION --a batch or request fails--> ABORTABLE_ERROR
-    any --fenced or not authorized--> FATAL_ERROR (only close() is left)
+The states, their transitions and the errors of calls made in the wrong state are
+:class:`~aioproducer.transaction_state.TxnStateMachine`'s (shared with
+:class:`~aioproducer.testing.MockProducer`); :class:`TransactionManager` drives it
+with the coordinators' answers. :func:`transaction_block` is the body of both
+producers' ``transaction()`` context manager.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime
-import enum
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
@@ -43,16 +41,15 @@ from .errors import (
     ProducerFencedError,
     ProtocolError,
     RequestTimedOutError,
-    TransactionAbortableError,
-    TransactionAbortedError,
-    TransactionalIdAuthorizationError,
     for_code,
 )
 from .net.client import KafkaClient
 from .net.connection import BrokerConnection
 from .producer_id import ProducerIdManager
+from .transaction_state import FATAL_CODES, FENCED_CODES, TxnState, TxnStateMachine
 
-__all__ = ["GroupMetadata", "TransactionManager", "TxnState"]
+__all__ = ["GroupMetadata", "TransactionManager", "TxnState", "TxnStateMachine",
+           "transaction_block"]
 
 log = logging.getLogger("aioproducer.transactions")
 
@@ -74,30 +71,15 @@ _COORDINATOR_MOVED = frozenset({int(ErrorCode.not_coordinator),
 _RETRY_LATER = frozenset({int(ErrorCode.coordinator_load_in_progress),
                           int(ErrorCode.concurrent_transactions),
                           int(ErrorCode.request_timed_out)})
-# Another producer took over the transactional id.
-_FENCED = frozenset({int(ErrorCode.producer_fenced), int(ErrorCode.invalid_producer_epoch),
-                     int(ErrorCode.transaction_coordinator_fenced)})
-# Errors after which this producer can do nothing more.
-_FATAL = _FENCED | {int(ErrorCode.transactional_id_authorization_failed),
-                    int(ErrorCode.invalid_txn_state),
-                    int(ErrorCode.invalid_transaction_timeout),
-                    int(ErrorCode.unsupported_for_message_format),
-                    int(ErrorCode.cluster_authorization_failed)}
+# Another producer took over the transactional id; errors after which this producer
+# can do nothing more (the state machine's lists, under their former names).
+_FENCED = FENCED_CODES
+_FATAL = FATAL_CODES
 _NOT_ATTEMPTED = int(ErrorCode.operation_not_attempted)
 
 # A CONCURRENT_TRANSACTIONS answer usually clears within milliseconds (the previous
 # transaction's markers are being written); Java retries it after 20 ms too.
 _SHORT_BACKOFF = 0.02
-
-
-class TxnState(enum.Enum):
-    UNINITIALIZED = "uninitialized"
-    READY = "ready"
-    IN_TRANSACTION = "in a transaction"
-    COMMITTING = "committing"
-    ABORTING = "aborting"
-    ABORTABLE_ERROR = "in an abortable error"
-    FATAL_ERROR = "in a fatal error"
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,8 +161,51 @@ def offsets_of(offsets: Mapping[Any, Any] | Iterable[Any]
     return out
 
 
+_P = TypeVar("_P", bound="_TransactionalProducer")
+
+
+class _TransactionalProducer(Protocol):
+    @property
+    def closed(self) -> bool: ...
+
+    async def commit_transaction(self) -> None: ...
+
+    async def abort_transaction(self) -> None: ...
+
+
+@asynccontextmanager
+async def transaction_block(producer: _P, begin: Callable[[], TxnStateMachine],
+                            logger: logging.Logger = log) -> AsyncIterator[_P]:
+    """The ``transaction()`` context manager of a producer (real or mock).
+
+    ``begin()`` begins the transaction (raising if it cannot) and returns the
+    producer's state machine. The block's end commits; an exception in the block
+    aborts (if the transaction is still open and the producer not closed; an abort
+    error is logged) and propagates; a commit that fails with an abortable error is
+    aborted before its error propagates.
+    """
+    machine = begin()
+    try:
+        yield producer
+    except BaseException:
+        if machine.open and not producer.closed:
+            try:
+                await producer.abort_transaction()
+            except KafkaError as exc:
+                logger.warning("could not abort the transaction: %s", exc)
+        raise
+    try:
+        await producer.commit_transaction()
+    except KafkaError:
+        if machine.state is TxnState.ABORTABLE_ERROR:
+            await producer.abort_transaction()
+        raise
+
+
 class TransactionManager:
-    """The transactional state of one producer; the Sender asks it before sending."""
+    """The coordinator requests of one transactional producer, driving its
+    :class:`~aioproducer.transaction_state.TxnStateMachine` (:attr:`machine`); the
+    Sender asks it before sending."""
 
     def __init__(self, client: KafkaClient, config: ProducerConfig,
                  pid: ProducerIdManager, wakeup: Callable[[], None]) -> None:
@@ -194,8 +219,7 @@ class TransactionManager:
         self._request_timeout_s = config.request_timeout_ms / 1000.0
         self._backoff = config.retry_backoff_ms / 1000.0
         self._backoff_max = config.retry_backoff_max_ms / 1000.0
-        self.state = TxnState.UNINITIALIZED
-        self.error: KafkaError | None = None
+        self.machine = TxnStateMachine(config.transactional_id)
         self.added: set[TopicPartition] = set()
         self.pending: set[TopicPartition] = set()
         self._started = False  # something was added: the coordinator knows the transaction
@@ -203,90 +227,49 @@ class TransactionManager:
         self._add_next = 0.0
         self._add_failures = 0
         self._coordinators: dict[tuple[int, str], int] = {}
-        self._busy: str | None = None
-        self._retrying_end: bool | None = None  # an EndTxn that timed out: commit or abort
 
-    # -- checks --------------------------------------------------------------------
+    # -- the state machine's view ----------------------------------------------------
+
+    @property
+    def state(self) -> TxnState:
+        return self.machine.state
+
+    @property
+    def error(self) -> KafkaError | None:
+        return self.machine.error
 
     def check_send(self) -> None:
         """Raise unless records may be appended now (called by send())."""
-        if self.state is not TxnState.IN_TRANSACTION:
-            raise self._state_error("send()")
-
-    def _state_error(self, what: str) -> KafkaError:
-        st = self.state
-        if st is TxnState.FATAL_ERROR:
-            return self._fatal_copy()
-        if st is TxnState.ABORTABLE_ERROR:
-            err = TransactionAbortableError(
-                f"{what}: the transaction failed and must be aborted with "
-                f"abort_transaction(): {self.error}")
-            err.__cause__ = self.error
-            return err
-        if st is TxnState.UNINITIALIZED:
-            return IllegalStateError(f"{what}: call init_transactions() first")
-        if st is TxnState.READY:
-            return IllegalStateError(
-                f"{what}: no transaction in progress; call begin_transaction() first")
-        if st is TxnState.IN_TRANSACTION:
-            return IllegalStateError(f"{what}: a transaction is already in progress")
-        return IllegalStateError(f"{what}: the producer is {st.value} the transaction")
-
-    def _fatal_copy(self) -> KafkaError:
-        err = self.error
-        if isinstance(err, BrokerResponseError):
-            copy: KafkaError = type(err)(f"transactional_id {self.transactional_id!r}: "
-                                         "the producer is no longer usable",
-                                         code=err.code)
-        else:
-            copy = IllegalStateError(f"the transactional producer failed: {err}")
-        copy.__cause__ = err
-        return copy
-
-    def _enter(self, what: str, *allowed: TxnState) -> None:
-        if self._busy is not None:
-            raise IllegalStateError(f"{what}: {self._busy} is still running")
-        if self.state not in allowed:
-            raise self._state_error(what)
+        self.machine.check_send()
 
     @property
     def blocks_queued(self) -> KafkaError | None:
         """The error to fail queued batches with, when they must not be sent."""
-        st = self.state
-        if st is TxnState.FATAL_ERROR:
-            return self._fatal_copy()
-        if st is TxnState.ABORTABLE_ERROR or st is TxnState.ABORTING:
-            return TransactionAbortedError(
-                "the record's transaction was aborted before it was sent"
-                + (f" (after: {self.error})" if self.error is not None else ""))
-        return None
+        return self.machine.queued_error()
 
     # -- state changes from the Sender ------------------------------------------------
 
     def fail(self, exc: BaseException) -> None:
         """A batch or a request of this transaction failed."""
-        if self.state is TxnState.FATAL_ERROR:
-            return
-        if isinstance(exc, (ProducerFencedError, TransactionalIdAuthorizationError)):
-            self._to_fatal(exc)
-        elif self.state in (TxnState.IN_TRANSACTION, TxnState.COMMITTING):
-            self.error = exc if isinstance(exc, KafkaError) else KafkaError(str(exc))
-            self.state = TxnState.ABORTABLE_ERROR
+        entered = self.machine.fail(exc)
+        if entered is TxnState.FATAL_ERROR:
+            self._log_fatal(exc)
+        elif entered is TxnState.ABORTABLE_ERROR:
             log.warning("transaction of %r must be aborted: %s", self.transactional_id, exc)
         self._wakeup()
 
     def _to_fatal(self, exc: BaseException) -> None:
-        self.error = exc if isinstance(exc, KafkaError) else KafkaError(str(exc))
-        self.state = TxnState.FATAL_ERROR
+        self.machine.to_fatal(exc)
+        self._log_fatal(exc)
+
+    def _log_fatal(self, exc: BaseException) -> None:
         log.error("transactional producer %r can no longer be used: %s",
                   self.transactional_id, exc)
 
     def fenced(self, code: int, message: str | None = None) -> KafkaError:
         """The error for a fencing code from a partition leader (fatal)."""
-        err = ProducerFencedError(
-            f"transactional_id {self.transactional_id!r} was taken over by a newer "
-            f"producer ({ErrorCode(code).name.upper()}" + (f": {message})" if message else ")"))
-        self._to_fatal(err)
+        err = self.machine.fenced(code, message)
+        self._log_fatal(err)
         return err
 
     def may_send(self, tp: TopicPartition) -> bool:
@@ -300,7 +283,7 @@ class TransactionManager:
         """Seconds until AddPartitionsToTxn should be sent (<= 0: now; inf: nothing to do)."""
         if not self.pending or self._add_task is not None:
             return float("inf")
-        if self.state not in (TxnState.IN_TRANSACTION, TxnState.COMMITTING):
+        if self.machine.state not in (TxnState.IN_TRANSACTION, TxnState.COMMITTING):
             return float("inf")
         return self._add_next - now
 
@@ -370,122 +353,101 @@ class TransactionManager:
         The coordinator fences older producers with the same id and finishes (aborts)
         a transaction one of them left open.
         """
-        self._enter("init_transactions()", TxnState.UNINITIALIZED)
-        self._busy = "init_transactions()"
-        try:
+        m = self.machine
+        m.enter("init_transactions()", TxnState.UNINITIALIZED)
+        with m.running("init_transactions()"):
             await self._init_producer_id(bump=False)
-        finally:
-            self._busy = None
-        self.state = TxnState.READY
+        m.initialized()
         log.info("transactional producer %r: producer id %d epoch %d", self.transactional_id,
                  self._pid.producer_id, self._pid.epoch)
 
     def begin(self) -> None:
-        self._enter("begin_transaction()", TxnState.READY)
+        self.machine.begin()
         self.added.clear()
         self.pending.clear()
         self._started = False
-        self.error = None
-        self.state = TxnState.IN_TRANSACTION
 
     async def commit(self, flush: Callable[[], Awaitable[None]]) -> None:
-        if self.state is TxnState.COMMITTING and self._retrying_end is True \
-                and self._busy is None:
+        m = self.machine
+        if m.resumes_end(True):
             await self._finish(True)  # a timed-out commit, called again
             return
-        self._enter("commit_transaction()", TxnState.IN_TRANSACTION)
-        self._busy = "commit_transaction()"
-        self.state = TxnState.COMMITTING
+        m.start_commit()
         try:
-            await flush()
-            if self._add_task is not None:
-                await asyncio.shield(self._add_task)
+            with m.running("commit_transaction()"):
+                await flush()
+                if self._add_task is not None:
+                    await asyncio.shield(self._add_task)
         except BaseException:
-            if self.state is TxnState.COMMITTING:
-                self.state = TxnState.IN_TRANSACTION
-            self._busy = None
+            m.revert_end()
             raise
-        self._busy = None
-        if self.state is not TxnState.COMMITTING:  # a batch failed while flushing
-            raise self._state_error("commit_transaction()")
+        if m.state is not TxnState.COMMITTING:  # a batch failed while flushing
+            raise m.state_error("commit_transaction()")
         if self.pending:  # cannot happen: flush() only returns once every batch is out
             self.fail(IllegalStateError(
                 f"partitions {sorted(self.pending)} were never added to the transaction"))
-            raise self._state_error("commit_transaction()")
+            raise m.state_error("commit_transaction()")
         await self._finish(True)
 
     async def abort(self, abort_queued: Callable[[KafkaError], None],
                     wait_in_flight: Callable[[], Awaitable[None]]) -> None:
-        if self.state is TxnState.ABORTING and self._retrying_end is False \
-                and self._busy is None:
+        m = self.machine
+        if m.resumes_end(False):
             await self._finish(False)
             return
-        self._enter("abort_transaction()", TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR)
-        self._busy = "abort_transaction()"
-        self.state = TxnState.ABORTING
-        try:
-            err = self.blocks_queued
+        m.start_abort()
+        with m.running("abort_transaction()"):
+            err = m.queued_error()
             assert err is not None
             abort_queued(err)
             await wait_in_flight()
             if self._add_task is not None:
                 await asyncio.shield(self._add_task)
-        finally:
-            self._busy = None
-        if self.state is not TxnState.ABORTING:
-            raise self._state_error("abort_transaction()")
+        if m.state is not TxnState.ABORTING:
+            raise m.state_error("abort_transaction()")
         await self._finish(False)
 
     async def _finish(self, commit: bool) -> None:
-        what = "commit_transaction()" if commit else "abort_transaction()"
-        self._busy = what
-        self._retrying_end = commit
+        m = self.machine
+        m.end_started(commit)
         try:
-            if self._started:
-                await self._end_txn(commit)
-            if self._pid.bump_needed:
-                # A batch of this transaction failed with a sequence number: start the
-                # sequences over under a new epoch before the next transaction.
-                await self._init_producer_id(bump=True)
+            with m.running("commit_transaction()" if commit else "abort_transaction()"):
+                if self._started:
+                    await self._end_txn(commit)
+                if self._pid.bump_needed:
+                    # A batch of this transaction failed with a sequence number: start
+                    # the sequences over under a new epoch before the next transaction.
+                    await self._init_producer_id(bump=True)
         except KafkaTimeoutError:
             raise  # state unchanged: the same call may be repeated
         except KafkaError as exc:
-            if self.state is not TxnState.FATAL_ERROR:
-                if commit:
-                    self.error = exc
-                    self.state = TxnState.ABORTABLE_ERROR
-                else:
-                    self._to_fatal(exc)
+            if m.end_failed(commit, exc):
+                self._log_fatal(exc)
             raise
-        finally:
-            self._busy = None
-        self._retrying_end = None
+        m.ended()
         self.added.clear()
         self.pending.clear()
         self._started = False
-        self.error = None
-        self.state = TxnState.READY
         log.debug("transaction of %r %s", self.transactional_id,
                   "committed" if commit else "aborted")
 
     async def send_offsets(self, offsets: Mapping[Any, Any] | Iterable[Any],
                            group_metadata: str | GroupMetadata | Any) -> None:
-        self._enter("send_offsets_to_transaction()", TxnState.IN_TRANSACTION)
+        m = self.machine
+        m.enter("send_offsets_to_transaction()", TxnState.IN_TRANSACTION)
         group = group_metadata_of(group_metadata)
         by_topic = offsets_of(offsets)
-        self._busy = "send_offsets_to_transaction()"
         try:
-            await self._add_offsets(group.group_id)
-            self._started = True
-            if by_topic:
-                await self._txn_offset_commit(group, by_topic)
+            with m.running("send_offsets_to_transaction()"):
+                await self._add_offsets(group.group_id)
+                self._started = True
+                if by_topic:
+                    await self._txn_offset_commit(group, by_topic)
         except KafkaTimeoutError:
             raise
         except KafkaError as exc:
             self.fail(exc)
-            raise self._state_error("send_offsets_to_transaction()") from exc
-        finally:
-            self._busy = None
+            raise m.state_error("send_offsets_to_transaction()") from exc
 
     # -- requests ----------------------------------------------------------------------
 
@@ -609,11 +571,11 @@ class TransactionManager:
                 if code == 0:
                     return
                 err = for_code(code, what)
-                if code in _FENCED:
+                if code in FENCED_CODES:
                     err = ProducerFencedError(
                         f"{what}: transactional_id {self.transactional_id!r} was taken over "
                         f"by a newer producer ({ErrorCode(code).name.upper()})")
-                if code in _FATAL:
+                if code in FATAL_CODES:
                     self._to_fatal(err)
                     raise err
                 if code in _COORDINATOR_MOVED:
@@ -671,7 +633,7 @@ class TransactionManager:
                     # (the coordinator's internal topic may still be being created).
                     await asyncio.sleep(self._backoff)
                     raise KafkaConnectionError(f"FindCoordinator for {key!r}: {err}")
-                if code in _FATAL:
+                if code in FATAL_CODES:
                     self._to_fatal(err)
                 raise err
             nodes = client.nodes

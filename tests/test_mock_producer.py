@@ -18,6 +18,7 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from aioproducer import (
     ConfigError,
@@ -38,12 +39,23 @@ from aioproducer import (
     TransactionAbortedError,
     TransactionalIdAuthorizationError,
     UnknownTopicError,
+    transaction_state,
 )
 from aioproducer._native import murmur2_partition
-from aioproducer.errors import GroupAuthorizationError
+from aioproducer.errors import GroupAuthorizationError, for_code
 from aioproducer.partitioner import xxhash_partition
 from aioproducer.protocols import ProducerLike, RecordFutureLike
 from aioproducer.testing import MockProducer, MockRecordFuture, MockSendManyResult, SentRecord
+from aioproducer.testing import mock as mock_module
+from aioproducer.transaction_state import (
+    FATAL_CODES,
+    FENCED_CODES,
+    TRANSITIONS,
+    TxnStateMachine,
+    is_fatal_code,
+    is_fatal_failure,
+    is_transition_valid,
+)
 from aioproducer.transactions import TransactionManager, TxnState
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -304,6 +316,54 @@ async def test_auto_complete_can_be_switched() -> None:
 
 
 # -- topics and partitions ---------------------------------------------------------------
+
+
+@aio
+async def test_without_a_cluster_any_topic_is_accepted() -> None:
+    """Like the Java MockProducer with an empty cluster: partition 0, unless the record
+    names one."""
+    async with MockProducer() as mp:
+        assert not mp.strict_topics
+        assert (await mp.send_and_wait("anything", b"v")).partition == 0
+        assert (await mp.send_and_wait("anything", b"v", key=b"k")).partition == 0
+        assert (await mp.send_and_wait("other", b"v", partition=7)).partition == 7
+        assert await (await mp.send_many("more", [b"a", b"b"])) == 2
+        assert await mp.partitions_for("never-used") == [0]
+        assert [(r.topic, r.partition, r.key) for r in mp.history()] == [
+            ("anything", 0, None), ("anything", 0, b"k"), ("other", 7, None),
+            ("more", 0, None), ("more", 0, None)]
+        assert mp.cluster == {}  # nothing was declared
+        for bad in (-1, "0", True, 1.0):
+            with pytest.raises(PartitionError):
+                await mp.send("anything", b"v", partition=cast(Any, bad))
+        mp.add_topic("anything", 2)  # declared from now on: its partition count holds
+        with pytest.raises(PartitionError, match="out of range"):
+            await mp.send("anything", b"v", partition=7)
+        assert await mp.partitions_for("anything") == [0, 1]
+        assert len(mp.history()) == 5
+
+
+@aio
+async def test_strict_topics_is_an_option() -> None:
+    async with MockProducer(strict_topics=True) as mp:
+        with pytest.raises(UnknownTopicError, match="not in the MockProducer's cluster"):
+            await mp.send("t", b"v")
+        with pytest.raises(UnknownTopicError):
+            await mp.partitions_for("t")
+        mp.add_topic("t")
+        assert (await mp.send_and_wait("t", b"v")).partition == 0
+    async with MockProducer(cluster={}) as mp:  # a cluster given: only its topics
+        assert mp.strict_topics
+        with pytest.raises(UnknownTopicError):
+            await mp.send("t", b"v")
+    async with MockProducer(cluster={"t": 2}, strict_topics=False) as mp:
+        assert (await mp.send_and_wait("other", b"v", partition=5)).partition == 5
+        with pytest.raises(PartitionError, match="out of range"):
+            await mp.send("t", b"v", partition=5)
+        assert await mp.partitions_for("t") == [0, 1]
+        assert mp.cluster == {"t": 2}
+    with pytest.raises(ValueError, match="contradict"):
+        MockProducer(default_partitions=2, strict_topics=True)
 
 
 @aio
@@ -850,31 +910,180 @@ async def test_transaction_state_errors_match_the_real_producer(kafka_bootstrap:
     assert all(o is not None and "not transactional" in o[1] for o in outcomes[0])
 
 
-def test_state_errors_are_the_transaction_managers() -> None:
-    """Every state, with every kind of error behind it: the same error type, text and
-    cause as aioproducer.transactions.TransactionManager, and the same transitions."""
+def test_the_mock_and_the_transaction_manager_share_one_state_machine() -> None:
+    """No copy to drift: the mock's transactional state is the class that
+    TransactionManager drives, and the manager's state, errors and queued-batch error
+    are its machine's."""
     config = ProducerConfig(transactional_id="tx-1").validated()
     real = TransactionManager(cast(Any, None), config, cast(Any, None), lambda: None)
     mock = MockProducer(transactional_id="tx-1")._txn
-    assert mock is not None
-    causes: list[KafkaError | None] = [
-        None, Boom("boom"), ProducerFencedError("fenced"),
-        TransactionalIdAuthorizationError("denied")]
-    for state in TxnState:
-        for cause in causes:
-            for what in ("send()", "begin_transaction()", "commit_transaction()"):
-                real.state = mock.state = state
-                real.error = mock.error = cause
-                r, m = real._state_error(what), mock.state_error(what)
-                assert (type(r), str(r)) == (type(m), str(m)), (state, cause, what)
-                assert (type(r.__cause__), str(r.__cause__)) == (
-                    type(m.__cause__), str(m.__cause__))
-            rq, mq = real.blocks_queued, mock.blocks_queued()
-            assert (type(rq), str(rq)) == (type(mq), str(mq)), (state, cause)
-            if cause is not None:
-                real.fail(cause)
-                mock.fail(cause)
-                assert (real.state, type(real.error)) == (mock.state, type(mock.error))
+    assert type(mock) is type(real.machine) is TxnStateMachine
+    assert TxnState is transaction_state.TxnState
+    assert not hasattr(mock_module, "_Transactions")
+    assert "_FATAL" not in vars(mock_module)
+    for machine in (real.machine, mock):
+        machine.initialized()
+        machine.begin()
+    real.fail(Boom("boom"))
+    mock.fail(Boom("boom"))
+    assert real.state is mock.state is TxnState.ABORTABLE_ERROR
+    assert real.error is real.machine.error and isinstance(real.error, Boom)
+    for what in ("send()", "commit_transaction()"):
+        r, m = real.machine.state_error(what), mock.state_error(what)
+        assert (type(r), str(r), type(r.__cause__)) == (type(m), str(m), type(m.__cause__))
+    with pytest.raises(TransactionAbortableError, match="must be aborted"):
+        real.check_send()
+    rq, mq = real.blocks_queued, mock.queued_error()
+    assert (type(rq), str(rq)) == (type(mq), str(mq)) == (
+        TransactionAbortedError,
+        "the record's transaction was aborted before it was sent (after: boom)")
+    err = real.fenced(int(ErrorCode.producer_fenced), "newer epoch")
+    assert isinstance(err, ProducerFencedError) and real.state is TxnState.FATAL_ERROR
+    assert "PRODUCER_FENCED: newer epoch" in str(err)
+
+
+# -- the transaction state machine, driven directly -------------------------------------
+
+
+S = TxnState
+ALLOWED = {
+    (S.UNINITIALIZED, S.READY), (S.READY, S.IN_TRANSACTION),
+    (S.IN_TRANSACTION, S.COMMITTING), (S.IN_TRANSACTION, S.ABORTING),
+    (S.IN_TRANSACTION, S.ABORTABLE_ERROR),
+    (S.COMMITTING, S.READY), (S.COMMITTING, S.ABORTABLE_ERROR),
+    (S.COMMITTING, S.IN_TRANSACTION),  # undone: the flush before EndTxn failed
+    (S.ABORTING, S.READY),
+    (S.ABORTING, S.IN_TRANSACTION), (S.ABORTING, S.ABORTABLE_ERROR),  # undone
+    (S.ABORTABLE_ERROR, S.ABORTING),
+} | {(source, S.FATAL_ERROR) for source in S}
+
+
+def machine_in(state: TxnState) -> TxnStateMachine:
+    """A machine brought to ``state`` through its own transitions."""
+    m = TxnStateMachine("tx-1")
+    if state is S.FATAL_ERROR:
+        m.to_fatal(ProducerFencedError("fenced"))
+    elif state is not S.UNINITIALIZED:
+        m.initialized()
+        if state is not S.READY:
+            m.begin()
+            if state is S.COMMITTING:
+                m.start_commit()
+            elif state is S.ABORTABLE_ERROR:
+                m.fail(Boom("boom"))
+            elif state is S.ABORTING:
+                m.start_abort()
+    assert m.state is state
+    return m
+
+
+def test_state_machine_transition_table() -> None:
+    assert {(a, b) for a in S for b in S if is_transition_valid(a, b)} == ALLOWED
+    assert set(TRANSITIONS) == set(S)
+    for state in S:
+        machine_in(state)  # every state is reachable
+
+
+@pytest.mark.parametrize(("state", "step", "expected"), [
+    (S.UNINITIALIZED, "begin", r"begin_transaction\(\): call init_transactions\(\) first"),
+    (S.UNINITIALIZED, "commit", r"commit_transaction\(\): call init_transactions"),
+    (S.READY, "commit", r"commit_transaction\(\): no transaction in progress; call "
+     r"begin_transaction\(\) first"),
+    (S.READY, "abort", "no transaction in progress"),
+    (S.READY, "send", r"send\(\): no transaction in progress"),
+    (S.IN_TRANSACTION, "begin", "a transaction is already in progress"),
+    (S.COMMITTING, "send", r"send\(\): the producer is committing the transaction"),
+    (S.COMMITTING, "abort", "the producer is committing the transaction"),
+    (S.ABORTING, "begin", "the producer is aborting the transaction"),
+    (S.ABORTABLE_ERROR, "commit", "must be aborted with abort_transaction"),
+    (S.ABORTABLE_ERROR, "send", "must be aborted with abort_transaction"),
+    (S.FATAL_ERROR, "begin", "the producer is no longer usable"),
+    (S.FATAL_ERROR, "abort", "the producer is no longer usable"),
+])
+def test_state_machine_refuses_calls_in_the_wrong_state(state: TxnState, step: str,
+                                                        expected: str) -> None:
+    m = machine_in(state)
+    calls: dict[str, Callable[[], object]] = {
+        "begin": m.begin, "commit": m.start_commit, "abort": m.start_abort,
+        "send": m.check_send}
+    error_type = {S.ABORTABLE_ERROR: TransactionAbortableError,
+                  S.FATAL_ERROR: ProducerFencedError}.get(state, IllegalStateError)
+    with pytest.raises(error_type, match=expected) as info:
+        calls[step]()
+    assert type(info.value) is error_type
+    assert m.state is state  # refused: no change
+    if state is S.FATAL_ERROR:
+        assert type(info.value.__cause__) is ProducerFencedError  # a copy of the original
+        assert info.value is not m.error
+
+
+def test_state_machine_refuses_invalid_transitions() -> None:
+    m = machine_in(S.READY)
+    with pytest.raises(IllegalStateError, match="invalid transaction state transition "
+                       "READY -> READY"):
+        m.initialized()
+    with pytest.raises(IllegalStateError, match="READY -> READY"):
+        m.ended()
+    fatal = machine_in(S.FATAL_ERROR)
+    for step in (fatal.initialized, fatal.ended):
+        with pytest.raises(IllegalStateError, match="FATAL_ERROR -> READY"):
+            step()
+    assert fatal.fail(Boom("later")) is None and fatal.state is S.FATAL_ERROR
+    fatal.to_fatal(TransactionalIdAuthorizationError("denied"))  # fatal -> fatal
+    assert isinstance(fatal.error, TransactionalIdAuthorizationError)
+
+
+def test_state_machine_commit_abort_and_errors() -> None:
+    m = machine_in(S.IN_TRANSACTION)
+    m.check_send()
+    assert m.queued_error() is None and m.open
+    busy = r"abort_transaction\(\): commit_transaction\(\) is still running"
+    with m.running("commit_transaction()"), pytest.raises(IllegalStateError, match=busy):
+        m.start_abort()
+    assert m.busy is None
+    m.start_commit()
+    m.revert_end()  # the flush failed
+    assert m.state is S.IN_TRANSACTION
+    m.start_commit()
+    m.end_started(True)
+    assert m.resumes_end(True) and not m.resumes_end(False)
+    assert m.end_failed(True, Boom("end")) is False  # a failed commit: abortable
+    assert m.state is S.ABORTABLE_ERROR and m.retrying_end is None and m.open
+    assert isinstance(m.queued_error(), TransactionAbortedError)
+    m.start_abort()
+    m.revert_end()  # back where the abort started
+    assert m.state is S.ABORTABLE_ERROR
+    m.start_abort()
+    m.ended()
+    assert m.state is S.READY and m.error is None and not m.open
+    m.begin()
+    assert m.fail(RecordTooLargeError("big")) is S.ABORTABLE_ERROR
+    assert m.fail(Boom("second")) is None and isinstance(m.error, RecordTooLargeError)
+    m.start_abort()
+    assert m.end_failed(False, Boom("end")) is True  # a failed abort: fatal
+    assert m.state is S.FATAL_ERROR and str(m.error) == "end"
+    copy = m.queued_error()
+    assert isinstance(copy, IllegalStateError) and copy.__cause__ is m.error
+
+
+def test_which_errors_are_fatal() -> None:
+    assert is_fatal_failure(ProducerFencedError("x"))
+    assert is_fatal_failure(TransactionalIdAuthorizationError("x"))
+    for abortable in (Boom("x"), RecordTooLargeError("x"), GroupAuthorizationError("x"),
+                      KafkaTimeoutError("x"), RuntimeError("x")):
+        assert not is_fatal_failure(abortable)
+    fatal_names = {"producer_fenced", "invalid_producer_epoch",
+                   "transaction_coordinator_fenced", "transactional_id_authorization_failed",
+                   "invalid_txn_state", "invalid_transaction_timeout",
+                   "unsupported_for_message_format", "cluster_authorization_failed"}
+    assert {ErrorCode(c).name for c in FATAL_CODES} == fatal_names
+    for code in ErrorCode:
+        assert is_fatal_code(int(code)) is (code.name in fatal_names)
+        m = machine_in(S.IN_TRANSACTION)
+        assert m.coordinator_error(for_code(int(code), "answer")) is (code.name in fatal_names)
+        assert m.state is (S.FATAL_ERROR if code.name in fatal_names else S.IN_TRANSACTION)
+    assert {ErrorCode(c).name for c in FENCED_CODES} == {
+        "producer_fenced", "invalid_producer_epoch", "transaction_coordinator_fenced"}
 
 
 @aio

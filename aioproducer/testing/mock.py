@@ -14,14 +14,13 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import (
-    AsyncIterator,
     Callable,
     Generator,
     Iterable,
     Mapping,
     Sequence,
 )
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -29,22 +28,20 @@ from .._lifecycle import check_loop, raise_not_running
 from .._native import BATCH_HEADER_SIZE
 from ..config import ProducerConfig
 from ..errors import (
-    BrokerResponseError,
     IllegalStateError,
     KafkaError,
     KafkaTimeoutError,
+    PartitionError,
     ProducerFencedError,
     SerializationError,
-    TransactionAbortableError,
-    TransactionAbortedError,
-    TransactionalIdAuthorizationError,
     UnknownTopicError,
 )
 from ..metadata import PartitionInfo, TopicInfo
 from ..partitioner import RecordPartitioner
 from ..record import RecordMetadata
 from ..serializers import Header, check_record_size, prepare_record
-from ..transactions import _FATAL, GroupMetadata, TxnState, group_metadata_of, offsets_of
+from ..transaction_state import TxnState, TxnStateMachine
+from ..transactions import GroupMetadata, group_metadata_of, offsets_of, transaction_block
 
 __all__ = ["MockProducer", "MockRecordFuture", "MockSendManyResult", "SentRecord"]
 
@@ -184,92 +181,23 @@ class MockSendManyResult:
         return f"<MockSendManyResult {self.count} records, {pending} pending>"
 
 
-class _Transactions:
-    """The state machine of :class:`~aioproducer.transactions.TransactionManager`, with
-    the same errors, and no coordinator: the mock decides what the coordinator says."""
-
-    def __init__(self, transactional_id: str) -> None:
-        self.transactional_id = transactional_id
-        self.state = TxnState.UNINITIALIZED
-        self.error: KafkaError | None = None
-        self.retrying_end: bool | None = None  # an EndTxn that timed out: commit or abort
-
-    def check_send(self) -> None:
-        if self.state is not TxnState.IN_TRANSACTION:
-            raise self.state_error("send()")
-
-    def enter(self, what: str, *allowed: TxnState) -> None:
-        if self.state not in allowed:
-            raise self.state_error(what)
-
-    def state_error(self, what: str) -> KafkaError:
-        st = self.state
-        if st is TxnState.FATAL_ERROR:
-            return self.fatal_copy()
-        if st is TxnState.ABORTABLE_ERROR:
-            err = TransactionAbortableError(
-                f"{what}: the transaction failed and must be aborted with "
-                f"abort_transaction(): {self.error}")
-            err.__cause__ = self.error
-            return err
-        if st is TxnState.UNINITIALIZED:
-            return IllegalStateError(f"{what}: call init_transactions() first")
-        if st is TxnState.READY:
-            return IllegalStateError(
-                f"{what}: no transaction in progress; call begin_transaction() first")
-        if st is TxnState.IN_TRANSACTION:
-            return IllegalStateError(f"{what}: a transaction is already in progress")
-        return IllegalStateError(f"{what}: the producer is {st.value} the transaction")
-
-    def fatal_copy(self) -> KafkaError:
-        err = self.error
-        if isinstance(err, BrokerResponseError):
-            copy: KafkaError = type(err)(f"transactional_id {self.transactional_id!r}: "
-                                         "the producer is no longer usable",
-                                         code=err.code)
-        else:
-            copy = IllegalStateError(f"the transactional producer failed: {err}")
-        copy.__cause__ = err
-        return copy
-
-    def fail(self, exc: BaseException) -> None:
-        """A record (or a request) of the transaction failed."""
-        if self.state is TxnState.FATAL_ERROR:
-            return
-        if isinstance(exc, (ProducerFencedError, TransactionalIdAuthorizationError)):
-            self.to_fatal(exc)
-        elif self.state in (TxnState.IN_TRANSACTION, TxnState.COMMITTING):
-            self.error = exc if isinstance(exc, KafkaError) else KafkaError(str(exc))
-            self.state = TxnState.ABORTABLE_ERROR
-
-    def to_fatal(self, exc: BaseException) -> None:
-        self.error = exc if isinstance(exc, KafkaError) else KafkaError(str(exc))
-        self.state = TxnState.FATAL_ERROR
-
-    def coordinator_error(self, exc: BaseException) -> None:
-        """A coordinator answered an error code after which the producer is unusable."""
-        if isinstance(exc, BrokerResponseError) and int(exc.code) in _FATAL:
-            self.to_fatal(exc)
-
-    def blocks_queued(self) -> KafkaError | None:
-        """The error pending records fail with at flush/close, when they must not go out."""
-        st = self.state
-        if st is TxnState.FATAL_ERROR:
-            return self.fatal_copy()
-        if st is TxnState.ABORTABLE_ERROR or st is TxnState.ABORTING:
-            return TransactionAbortedError(
-                "the record's transaction was aborted before it was sent"
-                + (f" (after: {self.error})" if self.error is not None else ""))
-        return None
-
-
 class MockProducer:
     """A :class:`~aioproducer.Producer` stand-in for tests: same API, no network.
 
-    ``cluster`` maps each topic that exists to its partition count; sending to any
-    other topic raises :class:`~aioproducer.UnknownTopicError` at once (the real
-    producer raises it after ``max_block_ms``), unless ``default_partitions`` is given:
-    then every topic exists, with that many partitions unless ``cluster`` says otherwise.
+    Topics:
+
+    - Without ``cluster`` (the default), any topic is accepted, as by the Java
+      ``MockProducer`` with an empty cluster: a topic not declared (with ``cluster``
+      or :meth:`add_topic`) has its records on partition 0, or on the partition the
+      record names (any int >= 0), and :meth:`partitions_for` says ``[0]`` for it.
+    - With ``cluster``, which maps each topic that exists to its partition count
+      (``{}`` for none yet), sending to any other topic raises
+      :class:`~aioproducer.UnknownTopicError` at once (the real producer raises it
+      after ``max_block_ms``). ``strict_topics`` says it explicitly: ``True`` refuses
+      undeclared topics even without ``cluster``, ``False`` accepts them (as above)
+      even with one; the declared topics keep their partition counts either way.
+    - With ``default_partitions``, every topic exists, with that many partitions unless
+      ``cluster`` says otherwise (``strict_topics=True`` contradicts it: ValueError).
     Other options are :class:`~aioproducer.ProducerConfig` fields, as for ``Producer``
     (``partitioner``, ``partitioner_ignore_keys``, ``key_serializer``,
     ``value_serializer``, ``max_request_size``, ``batch_size``...); the network ones are
@@ -323,7 +251,8 @@ class MockProducer:
 
     def __init__(self, config: ProducerConfig | Mapping[str, Any] | None = None, *,
                  cluster: Mapping[str, int] | None = None, auto_complete: bool = True,
-                 default_partitions: int | None = None, **options: Any) -> None:
+                 default_partitions: int | None = None, strict_topics: bool | None = None,
+                 **options: Any) -> None:
         if isinstance(config, ProducerConfig):
             if options:
                 raise IllegalStateError("pass either a ProducerConfig or options, not both")
@@ -333,7 +262,14 @@ class MockProducer:
         c = self.config
         if default_partitions is not None:
             _check_partition_count("default_partitions", default_partitions)
+            if strict_topics:
+                raise ValueError("strict_topics=True and default_partitions contradict each "
+                                 "other: with default_partitions every topic exists")
         self.default_partitions = default_partitions
+        self.strict_topics: bool = (cluster is not None if strict_topics is None
+                                    else bool(strict_topics))
+        """Whether sending to a topic not declared raises UnknownTopicError (when
+        ``default_partitions`` is not set)."""
         self.auto_complete = auto_complete
         """Whether records are acknowledged as they are sent (may be changed any time)."""
         self.send_error: BaseException | None = None
@@ -380,7 +316,7 @@ class MockProducer:
         self._offsets: dict[tuple[str, int], int] = {}
         # (topic, partition) -> [bytes used, capacity] of the emulated open batch.
         self._open_batches: dict[tuple[str, int], list[int]] = {}
-        self._txn = None if c.transactional_id is None else _Transactions(c.transactional_id)
+        self._txn = None if c.transactional_id is None else TxnStateMachine(c.transactional_id)
         self._uncommitted: list[SentRecord] = []
         self._uncommitted_offsets: dict[str, dict[tuple[str, int], int]] = {}
         self._offsets_history: list[dict[str, dict[tuple[str, int], int]]] = []
@@ -406,10 +342,13 @@ class MockProducer:
         """The topics that exist (so far) and their partition counts."""
         return {name: len(info.partitions) for name, info in self._topics.items()}
 
-    def _topic_info(self, topic: str) -> TopicInfo:
+    def _topic_info(self, topic: str) -> TopicInfo | None:
+        """The topic's description; None for a topic not declared, when any is accepted."""
         info = self._topics.get(topic)
         if info is None:
             if self.default_partitions is None:
+                if not self.strict_topics:
+                    return None
                 raise UnknownTopicError(
                     f"topic {topic!r} is not in the MockProducer's cluster "
                     f"(known: {sorted(self._topics)}); pass it in cluster= or use add_topic()")
@@ -454,8 +393,7 @@ class MockProducer:
         if self._state == _RUNNING:
             self._check_loop()
             txn = self._txn
-            if txn is not None and txn.state in (TxnState.IN_TRANSACTION,
-                                                 TxnState.ABORTABLE_ERROR):
+            if txn is not None and txn.open:
                 try:
                     await self.abort_transaction()
                 except KafkaError as exc:
@@ -465,7 +403,7 @@ class MockProducer:
 
     def _settle_pending(self) -> None:
         """What the real producer's flush does with what is buffered."""
-        error = None if self._txn is None else self._txn.blocks_queued()
+        error = None if self._txn is None else self._txn.queued_error()
         if error is None:
             self.complete_all()
         else:
@@ -496,10 +434,13 @@ class MockProducer:
                                         self.config.buffer_memory)
 
         info = self._topic_info(topic)
-        part = self._partitioner.partition(topic, key, partition, info)
+        if info is None:
+            part = _undeclared_topic_partition(partition)
+        else:
+            part = self._partitioner.partition(topic, key, partition, info)
+            part = self._place(topic, info, part, key, partition, record_size)
         key_size = -1 if key is None else len(key)
         value_size = -1 if value is None else len(value)
-        part = self._place(topic, info, part, key, partition, record_size)
 
         record = SentRecord(
             topic, part,
@@ -557,10 +498,12 @@ class MockProducer:
         return await fut
 
     async def partitions_for(self, topic: str) -> list[int]:
-        """The topic's partition ids; :class:`UnknownTopicError` for a topic not in the cluster."""
+        """The topic's partition ids; for a topic not declared, :class:`UnknownTopicError`
+        with ``strict_topics``, else ``[0]``."""
         if self._state != _RUNNING:
             self._raise_not_running()
-        return [p.partition for p in self._topic_info(topic).partitions]
+        info = self._topic_info(topic)
+        return [0] if info is None else [p.partition for p in info.partitions]
 
     def _place(self, topic: str, info: TopicInfo, part: int, key: bytes | None,
                explicit: int | None, record_size: int) -> int:
@@ -579,7 +522,7 @@ class MockProducer:
 
     # -- transactions -------------------------------------------------------------
 
-    def _transactions(self, what: str) -> _Transactions:
+    def _transactions(self, what: str) -> TxnStateMachine:
         if self._state != _RUNNING:
             self._raise_not_running()
         self._check_loop()
@@ -596,17 +539,15 @@ class MockProducer:
         if error is not None:
             txn.coordinator_error(error)
             raise error
-        txn.state = TxnState.READY
+        txn.initialized()
         self._txn_initialized = True
 
     def begin_transaction(self) -> None:
         """Start a transaction: records sent from now on commit or abort together."""
         self._begin(self._transactions("begin_transaction()"))
 
-    def _begin(self, txn: _Transactions) -> None:
-        txn.enter("begin_transaction()", TxnState.READY)
-        txn.error = None
-        txn.state = TxnState.IN_TRANSACTION
+    def _begin(self, txn: TxnStateMachine) -> None:
+        txn.begin()
         self._txn_in_flight = True
         self._txn_committed = self._txn_aborted = self._sent_offsets = False
 
@@ -614,16 +555,15 @@ class MockProducer:
         """Flush (acknowledge what is pending), then commit: the transaction's records
         move to :meth:`history`, its offsets to :meth:`consumer_group_offsets_history`."""
         txn = self._transactions("commit_transaction()")
-        if txn.state is TxnState.COMMITTING and txn.retrying_end is True:
+        if txn.resumes_end(True):
             self._end(txn, True)  # a timed-out commit, called again
             return
-        txn.enter("commit_transaction()", TxnState.IN_TRANSACTION)
-        txn.state = TxnState.COMMITTING
+        txn.start_commit()
         try:
-            await self.flush()
+            with txn.running("commit_transaction()"):
+                await self.flush()
         except BaseException:
-            if txn.state is TxnState.COMMITTING:
-                txn.state = TxnState.IN_TRANSACTION
+            txn.revert_end()
             raise
         self._end(txn, True)
 
@@ -632,36 +572,25 @@ class MockProducer:
         :class:`~aioproducer.TransactionAbortedError` and its records and offsets are
         dropped (they never reach :meth:`history`)."""
         txn = self._transactions("abort_transaction()")
-        if txn.state is TxnState.ABORTING and txn.retrying_end is False:
+        if txn.resumes_end(False):
             self._end(txn, False)
             return
-        txn.enter("abort_transaction()", TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR)
-        before = txn.state
-        txn.state = TxnState.ABORTING
+        txn.start_abort()
         self._settle_pending()
-        self._end(txn, False, before)
+        self._end(txn, False)
 
-    def _end(self, txn: _Transactions, commit: bool, before: TxnState | None = None) -> None:
+    def _end(self, txn: TxnStateMachine, commit: bool) -> None:
         """EndTxn: what the coordinator answers, then the transaction's outcome."""
         error = self.commit_transaction_error if commit else self.abort_transaction_error
         if error is not None:
             if isinstance(error, KafkaTimeoutError):
-                txn.retrying_end = commit  # the same call may be repeated
+                txn.end_started(commit)  # the same call may be repeated
             elif isinstance(error, KafkaError):
-                txn.retrying_end = None
-                txn.coordinator_error(error)
-                if txn.state is not TxnState.FATAL_ERROR:
-                    if commit:
-                        txn.error = error
-                        txn.state = TxnState.ABORTABLE_ERROR
-                    else:
-                        txn.to_fatal(error)
+                txn.end_failed(commit, error)
             elif txn.retrying_end is None:  # not from the coordinator: nothing changes
-                txn.state = before if before is not None else TxnState.IN_TRANSACTION
+                txn.revert_end()
             raise error
-        txn.retrying_end = None
-        txn.error = None
-        txn.state = TxnState.READY
+        txn.ended()
         if commit:
             self._history.extend(self._uncommitted)
             if self._uncommitted_offsets:
@@ -697,28 +626,15 @@ class MockProducer:
                     group_offsets[(topic, partition)] = offset
             self._sent_offsets = True
 
-    @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[MockProducer]:
+    def transaction(self) -> AbstractAsyncContextManager[MockProducer]:
         """``async with producer.transaction():`` begins a transaction, commits it when
         the block ends, and aborts it if the block raises (the exception propagates)."""
+        return transaction_block(self, self._begin_block, log)
+
+    def _begin_block(self) -> TxnStateMachine:
         txn = self._transactions("transaction()")
         self._begin(txn)
-        try:
-            yield self
-        except BaseException:
-            if txn.state in (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR) \
-                    and not self.closed:
-                try:
-                    await self.abort_transaction()
-                except KafkaError as exc:
-                    log.warning("could not abort the transaction: %s", exc)
-            raise
-        try:
-            await self.commit_transaction()
-        except KafkaError:
-            if txn.state is TxnState.ABORTABLE_ERROR:
-                await self.abort_transaction()
-            raise
+        return txn
 
     def fence_producer(self) -> None:
         """Play a newer producer taking the ``transactional_id`` over: from now on every
@@ -866,6 +782,17 @@ class MockProducer:
 def _check_partition_count(what: str, n: object) -> None:
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"{what} must be an int >= 1, got {n!r}")
+
+
+def _undeclared_topic_partition(explicit: object) -> int:
+    """The partition of a record for a topic not declared: the one it names, else 0."""
+    if explicit is None:
+        return 0
+    if isinstance(explicit, bool) or not isinstance(explicit, int):
+        raise PartitionError(f"partition must be an int, got {type(explicit).__name__}")
+    if explicit < 0:
+        raise PartitionError(f"partition must be >= 0, got {explicit}")
+    return explicit
 
 
 def _check_error(error: object) -> None:
