@@ -34,9 +34,13 @@ checked (:meth:`ChaosReport.violations`):
   must not fail at all (``delivery_timeout_ms`` is well above the longest fault); each
   poison record fails with the error of its cause;
 * no future is pending after ``await producer.close()``;
-* InitProducerId requests (counted by the proxies) are at most 1 + the number of
-  *epoch-bump events*, and every one after the first has such an event of its own at
-  most 3 s before it (:func:`unexplained`; the proxies are polled every 0.1 s).  The
+* the producer ids/epochs granted by InitProducerId (the proxies' responses, seen
+  through their ``corrupt_responses`` hook, which returns them unchanged; without it,
+  the requests the proxies counted) are at most 1 + the number of *epoch-bump
+  events*, and every one after the first has such an event of its own at most 3 s
+  before it (:func:`unexplained`).  A request retried after an error response or a
+  lost connection grants nothing new, so only grants are held to this; requests and
+  error responses are reported too.  The
   faults themselves (kills, pauses, resets, lost acks) are no such event.  A refused
   poison batch is one: this producer bumps its epoch after a batch the broker refused
   (like Java's idempotent producer, KIP-360;
@@ -47,6 +51,9 @@ checked (:meth:`ChaosReport.violations`):
 * the longest gap between consecutive main-topic acknowledgements after the last fault
   ended (from its end to the first ack, between acks, and from the last ack to the end
   of the wait if records were still unacknowledged) is below ``max_ack_gap`` seconds;
+  past ``records`` the stream goes on (by up to ``max_extra`` of it) until
+  ``tail_seconds`` have passed after the last fault, so that a slow restart does not
+  leave this check blind;
 * ``send()`` never blocked longer than ``max_block_ms`` (plus a little slack).
 
 The fault proxy.  The engine (:func:`run_chaos`) imports nothing from ``tests/``: the
@@ -54,11 +61,13 @@ caller passes the proxy in as ``proxy``, an object with the interface of
 ``tests/faultproxy.py``'s ``ProxyCluster`` (``bootstrap``, ``drop_connections()``,
 ``requests(api_key)``, ``clear_faults()``, ``proxy_for_node(node_id)`` whose result
 has ``drop_after_request(api_key, count)`` and ``stats["responses_dropped"]``).
-``tests/test_chaos.py`` passes a ``ProxyCluster``.  The command line imports
-``tests.faultproxy`` only when the repository's ``tests`` directory is importable (run
-from the repository root); otherwise, or with ``--no-proxy``, the producer talks to the
-brokers directly, the ``reset`` and ``drop_acks`` faults are left out of the schedule,
-and InitProducerId requests are not counted (reported as ``n/a``).
+``proxies`` (node id -> proxy with ``corrupt_responses``) is used if present, to see
+the InitProducerId responses. ``tests/test_chaos.py`` passes a ``ProxyCluster``.
+The command line imports ``tests.faultproxy`` only when the repository's ``tests``
+directory is importable (run from the repository root); otherwise, or with
+``--no-proxy``, the producer talks to the brokers directly, the ``reset`` and
+``drop_acks`` faults are left out of the schedule, and InitProducerId requests are
+not counted (reported as ``n/a``).
 
 ``--no-faults`` (``ChaosConfig(faults=False)``) runs the same stream with an empty
 schedule: it checks the harness itself, and must pass on any correct producer.
@@ -131,6 +140,8 @@ class ChaosConfig:
     value_size: int = 32
     fault_start: float = 5.0            # first fault no earlier (s after the stream starts)
     tail_seconds: float = 20.0          # faults end this long before the stream does
+    max_extra: float = 0.5              # the stream may go on by this share of records
+                                        # until tail_seconds have passed after the faults
     pause_seconds: float = 10.0
     kill_down: tuple[float, float] = (2.0, 5.0)   # a killed node stays down this long
     restart_estimate: float = 20.0      # planning only: how long a restart takes
@@ -281,8 +292,12 @@ class ChaosReport:
     poison_outcomes: Counter[str] = field(default_factory=Counter)
     poison_wrong: int = 0
     epoch_bump_events: int = 0
-    init_producer_id: int | None = None
+    init_producer_id: int | None = None   # requests through the proxies
     init_producer_id_at: list[float] = field(default_factory=list)  # s, stream time
+    # Successful responses (stream time, producer id, epoch), when the proxies let us
+    # see them; error responses by error code.
+    init_producer_id_granted: list[tuple[float, int, int]] | None = None
+    init_producer_id_errors: Counter[int] = field(default_factory=Counter)
     unexplained_init_producer_id: int = 0
     max_send_block: float = 0.0
     max_block_limit: float = 0.0
@@ -299,7 +314,7 @@ class ChaosReport:
         v: list[str] = []
         if self.harness_errors:
             v.append(f"harness errors: {self.harness_errors}")
-        if self.sent < self.records:
+        if self.sent + sum(self.send_errors.values()) < self.records:
             v.append(f"only {self.sent} of {self.records} records sent")
         if self.lost:
             v.append(f"{self.lost} acknowledged records lost")
@@ -321,12 +336,11 @@ class ChaosReport:
         if self.poison_wrong:
             v.append(f"{self.poison_wrong} poison records without the error of their "
                      f"cause: {dict(self.poison_outcomes)}")
-        if self.init_producer_id is not None and (
-                self.init_producer_id > 1 + self.epoch_bump_events):
-            v.append(f"{self.init_producer_id} InitProducerId requests, allowed "
-                     f"1 + {self.epoch_bump_events}")
+        what, count = self._init_producer_id_counted()
+        if count is not None and count > 1 + self.epoch_bump_events:
+            v.append(f"{count} InitProducerId {what}, allowed 1 + {self.epoch_bump_events}")
         if self.unexplained_init_producer_id:
-            v.append(f"{self.unexplained_init_producer_id} InitProducerId requests after "
+            v.append(f"{self.unexplained_init_producer_id} InitProducerId {what} after "
                      "the first with no refused poison batch just before them")
         if self.faults and self.schedule and self.tail < self.max_ack_gap_limit:
             v.append(f"only {self.tail:.1f} s of stream after the last fault ended "
@@ -340,6 +354,31 @@ class ChaosReport:
                      f"(max_block_ms {self.max_block_limit:.1f} s)")
         return v
 
+    def _init_producer_id_counted(self) -> tuple[str, int | None]:
+        """What the InitProducerId checks count: the ids/epochs granted when the
+        responses could be seen (a request retried after an error response or a lost
+        connection grants nothing new), else the requests."""
+        if self.init_producer_id_granted is not None:
+            return "grants", len(self.init_producer_id_granted)
+        return "requests", self.init_producer_id
+
+    def _init_producer_id_detail(self) -> str:
+        if self.init_producer_id is None:
+            return "init_producer_id=n/a "
+        what, _ = self._init_producer_id_counted()
+        s = f"init_producer_id: requests={self.init_producer_id} "
+        if self.init_producer_id_granted is not None:
+            g = self.init_producer_id_granted
+            s += (f"granted={len(g)} errors={dict(self.init_producer_id_errors)} "
+                  f"(granted at [stream s, producer id, epoch]: "
+                  f"{[(round(t, 1), pid, ep) for t, pid, ep in g[:12]]}"
+                  f"{'...' if len(g) > 12 else ''}) ")
+        else:
+            s += (f"(at {[round(t, 1) for t in self.init_producer_id_at[:20]]}"
+                  f"{'...' if len(self.init_producer_id_at) > 20 else ''}) ")
+        return s + (f"{what} allowed<={1 + self.epoch_bump_events} "
+                    f"unexplained={self.unexplained_init_producer_id} ")
+
     def _dup_detail(self) -> str:
         if not self.duplicated:
             return ""
@@ -348,7 +387,6 @@ class ChaosReport:
                 f"by send second, top 12: {dict(top)}) ")
 
     def line(self) -> str:
-        ipi = "n/a" if self.init_producer_id is None else str(self.init_producer_id)
         verdict = self.violations()
         return (
             f"CHAOS seed={self.seed} faults={'on' if self.faults else 'off'} "
@@ -363,11 +401,7 @@ class ChaosReport:
             f"unfinished_at_settle={self.unfinished_at_settle} "
             f"pending_after_close={self.pending_after_close} "
             f"poison_sent={self.poison_sent} poison={dict(self.poison_outcomes)} "
-            f"poison_wrong={self.poison_wrong} init_producer_id={ipi} "
-            f"(allowed<={1 + self.epoch_bump_events}, "
-            f"unexplained={self.unexplained_init_producer_id}; at "
-            f"{[round(t, 1) for t in self.init_producer_id_at[:20]]}"
-            f"{'...' if len(self.init_producer_id_at) > 20 else ''}) "
+            f"poison_wrong={self.poison_wrong} {self._init_producer_id_detail()}"
             f"max_send_block={self.max_send_block:.3f}s "
             f"fault_end={self.fault_end:.1f}s stream_end={self.stream_end:.1f}s "
             f"tail={self.tail:.1f}s max_ack_gap_after_faults="
@@ -487,9 +521,13 @@ class _Run:
                                   records=cfg.records,
                                   max_block_limit=cfg.max_block_ms / 1000.0 + 0.5,
                                   max_ack_gap_limit=cfg.max_ack_gap)
-        self.results: list[Any] = [None] * cfg.records
+        room = cfg.records + int(cfg.records * cfg.max_extra)
+        self.results: list[Any] = [None] * room
         self.futures: list[Any] = []                 # in send order
-        self.futs: list[Any] = [None] * cfg.records  # by send index
+        self.futs: list[Any] = [None] * room         # by send index
+        self.faults_done = False
+        self.tapped = False
+        self.grants: list[tuple[float, int, int, int]] = []  # (monotonic, err, pid, epoch)
         self.ack_times: list[float] = []
         self.poison: list[tuple[str, Any]] = []   # (kind, future or exception)
         self.t0 = 0.0
@@ -529,13 +567,18 @@ class _Run:
     async def _send_main(self, producer: Producer, deadline: float) -> None:
         cfg, rep = self.cfg, self.report
         keys = [f"key-{k:03d}".encode() for k in range(cfg.keys)]
-        n, i = cfg.records, 0
+        n, i = len(self.futs), 0  # records, plus room for the extension
         while i < n:
             now = time.monotonic()
             if now > deadline:
-                rep.harness_errors.append(f"wall time over: stopped sending at record {i}")
+                if i < cfg.records:
+                    rep.harness_errors.append(
+                        f"wall time over: stopped sending at record {i}")
                 break
-            due = min(n, int((now - self.t0) * cfg.rate) + 1)
+            if i >= cfg.records and self._tail_done():
+                break
+            due = min(n if i >= cfg.records else cfg.records,
+                      int((now - self.t0) * cfg.rate) + 1)
             while i < due:
                 t = time.monotonic()
                 try:
@@ -557,6 +600,15 @@ class _Run:
             if i < n:
                 await asyncio.sleep(max(0.0, self.t0 + i / cfg.rate - time.monotonic()))
         self.sending = False
+
+    def _tail_done(self) -> bool:
+        """Whether the stream may end: no schedule, or every fault over for
+        ``tail_seconds``. (Past ``records``, the stream goes on until then: a restart
+        that took longer than planned must not leave the stall detector blind.)"""
+        if not self.schedule:
+            return True
+        return self.faults_done and self.now() - self.report.fault_end >= (
+            self.cfg.tail_seconds)
 
     async def _send_poison(self, producer: Producer) -> None:
         cfg = self.cfg
@@ -668,7 +720,10 @@ class _Run:
     async def _faults(self) -> None:
         brokers = [e for e in self.schedule if e.kind not in PROXY_FAULTS]
         proxies = [e for e in self.schedule if e.kind in PROXY_FAULTS]
-        await asyncio.gather(self._lane(brokers), self._lane(proxies))
+        try:
+            await asyncio.gather(self._lane(brokers), self._lane(proxies))
+        finally:
+            self.faults_done = True
 
     async def _watch_init_producer_id(self, before: int) -> None:
         """When InitProducerId requests reach the proxies (stream time, 0.1 s steps;
@@ -680,10 +735,35 @@ class _Run:
             at.extend([self.now()] * (n - len(at)))
             await asyncio.sleep(0.1)
 
+    def _tap(self, body: bytes) -> bytes:
+        """Sees every InitProducerId response body (unchanged): throttle_time_ms
+        int32, error_code int16, producer_id int64, producer_epoch int16."""
+        if len(body) >= 16:
+            err = int.from_bytes(body[4:6], "big", signed=True)
+            pid = int.from_bytes(body[6:14], "big", signed=True)
+            epoch = int.from_bytes(body[14:16], "big", signed=True)
+            self.grants.append((time.monotonic(), err, pid, epoch))
+        return body
+
+    def _install_tap(self) -> None:
+        """With a ProxyCluster-like proxy (``proxies``: node id -> FaultProxy with
+        ``corrupt_responses``), watch InitProducerId responses through the hook that
+        can rewrite them (it returns them as they are)."""
+        nodes = getattr(self.proxy, "proxies", None)
+        if not isinstance(nodes, dict) or not nodes:
+            return
+        if not all(hasattr(fp, "corrupt_responses") for fp in nodes.values()):
+            return
+        for fp in nodes.values():
+            fp.corrupt_responses(API_INIT_PRODUCER_ID, self._tap, count=1 << 30)
+        self.tapped = True
+
     async def _heal(self) -> None:
         """Resume paused nodes, restart killed ones, clear proxy faults."""
         if self.proxy is not None:
             self.proxy.clear_faults()
+            if self.tapped:
+                self._install_tap()  # clear_faults() removed it
         try:
             await asyncio.to_thread(self.cluster.resume_all)
             await asyncio.to_thread(self.cluster.ensure_running, self.cfg.node_timeout)
@@ -713,6 +793,8 @@ class _Run:
                 {"min.insync.replicas": str(min(2, rf)),
                  "max.message.bytes": str(cfg.poison_max_message_bytes)})
         ipi_before = self.proxy.requests(API_INIT_PRODUCER_ID) if self.proxy else 0
+        if self.proxy is not None:
+            self._install_tap()
         bootstrap = self.proxy.bootstrap if self.proxy is not None else self.bootstrap
         options: dict[str, Any] = dict(linger_ms=cfg.linger_ms,
                                        delivery_timeout_ms=cfg.delivery_timeout_ms,
@@ -770,8 +852,16 @@ class _Run:
         self._outcomes()
         self._stall(settled_at, bool(rep.unfinished_at_settle))
         if self.proxy is not None:
+            times = rep.init_producer_id_at
+            if self.tapped:
+                rep.init_producer_id_granted = [
+                    (t - self.t0, pid, epoch) for t, err, pid, epoch in self.grants
+                    if err == 0]
+                rep.init_producer_id_errors.update(err for _, err, _, _ in self.grants
+                                                   if err != 0)
+                times = [t for t, _, _ in rep.init_producer_id_granted]
             rep.unexplained_init_producer_id = unexplained(
-                rep.init_producer_id_at, self.refused_at if cfg.poison_may_bump else [])
+                times, self.refused_at if cfg.poison_may_bump else [])
         self._poison_outcomes()
         consumed = await asyncio.to_thread(read_back, self.bootstrap, self.topic,
                                            cfg.consume_timeout)
