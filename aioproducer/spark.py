@@ -290,6 +290,18 @@ def _prepare_chunk(batch: pa.RecordBatch, topic: str | None) -> _Chunk:
     return _Chunk(n, nbytes, values, keys, runs)
 
 
+def _failed_leaves(batch: ProducerBatch) -> Iterator[ProducerBatch]:
+    """The failed batches that hold ``batch``'s records: itself, or the pieces it was
+    split into (a batch the broker found too large). A failed batch fails every
+    record in it (with per-record errors, the others get BatchRejectedError)."""
+    children = batch.children
+    if children and batch.error is None:
+        for child in children:
+            yield from _failed_leaves(child)
+    elif batch.error is not None:
+        yield batch
+
+
 class _Tally:
     """Counts of one publish, and the results still awaited."""
 
@@ -328,10 +340,13 @@ class _Tally:
             # SendManyResult keeps its batches privately; a failed batch fails every
             # record in it, so its record count is what failed.
             batches = getattr(result, "_batches", ())
-        for batch in batches:
-            error = batch.error
-            if error is None or batch in self._failed_batches:
+        for batch in (leaf for b in batches for leaf in _failed_leaves(b)):
+            if batch in self._failed_batches:
                 continue
+            first = batch.first_failure()
+            if first is None:
+                continue
+            error = first[0]
             self._failed_batches.add(batch)
             self.failures += batch.record_count
             if self.first_error is None:

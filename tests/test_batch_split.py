@@ -22,7 +22,7 @@ def _records(n: int, seed: int) -> list[tuple[int, bytes | None, bytes | None,
     out = []
     for i in range(n):
         key = None if i % 7 == 0 else f"key-{i}".encode()
-        value = None if i % 11 == 0 else bytes(rnd.getrandbits(8) for _ in range(rnd.randrange(0, 300)))
+        value = None if i % 11 == 0 else rnd.randbytes(rnd.randrange(0, 300))
         headers = None if i % 3 else [("h", b"v" * (i % 5)), ("null", None)]
         out.append((1_700_000_000_000 + i * 3, key, value, headers))
     return out

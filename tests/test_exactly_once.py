@@ -547,8 +547,9 @@ async def test_cancelled_send_does_not_buffer(kafka_bootstrap: str,
                                               topic_factory: Any) -> None:
     """2,000 tasks each await producer.send() (linger_ms=0, batch_size=200: a new batch
     every few records). Every other task is cancelled before it runs, half of the
-    others after one turn of the loop, the rest after 2, 3, 5 or 8 turns, wherever their send() is then (today: suspended
-    right after appending to a new batch). Then the same with buffer_memory=16384, so
+    others after one turn of the loop, the rest after 2, 3, 5 or 8 turns, wherever
+    their send() is then (before the fix: suspended right after appending to a new
+    batch). Then the same with buffer_memory=16384, so
     that later sends also wait for memory when cancelled. Proves the defined
     behaviour: a send() that raised CancelledError did not buffer its record, a send()
     that returned a future did -- the log holds exactly the records of the sends that
