@@ -14,18 +14,42 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sized
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from ._native import BATCH_HEADER_SIZE, Block, BufferPool, ProducerBatch
+from ._native import BATCH_HEADER_SIZE, Appender, Block, BufferPool, ProducerBatch
 from ._native.batch import record_size_upper_bound
 from .batch_split import records_of_batch
 from .compression import CompressionRatioEstimator, Compressor
-from .errors import BufferExhaustedError, KafkaError, ProducerClosedError
-from .metadata import Cluster
+from .errors import (
+    BufferExhaustedError,
+    KafkaError,
+    ProducerClosedError,
+    RecordTooLargeError,
+)
+from .metadata import Cluster, TopicInfo
 from .metrics import ProducerMetrics
 
-__all__ = ["ProducerBatch", "ReadyResult", "RecordAccumulator"]
+__all__ = ["AppendResult", "ProducerBatch", "ReadyResult", "RecordAccumulator"]
 
 TopicPartition = tuple[str, int]
+
+
+class StickyPartitioner(Protocol):
+    """What :meth:`RecordAccumulator.append` needs of the partitioner for a keyless
+    record (KIP-480): a new partition when the sticky one needs a new batch."""
+
+    def on_new_batch(self, topic: str, info: TopicInfo, previous: int) -> int: ...
+
+
+@dataclass(slots=True)
+class AppendResult:
+    """Where :meth:`RecordAccumulator.append` put a record."""
+
+    batch: ProducerBatch
+    index: int
+    """The record's offset delta in the batch."""
+    new_batch: bool
+    """The record opened a new batch (the Sender should look again)."""
 
 
 @dataclass(slots=True)
@@ -78,8 +102,13 @@ class RecordAccumulator:
                  delivery_timeout_ms: int, codec: int = 0,
                  compressor: Compressor | None = None,
                  max_request_size: int = 1048576,
-                 batch_max_size: int | None = None) -> None:
+                 batch_max_size: int | None = None,
+                 appender: Appender | None = None) -> None:
         self.pool = BufferPool(buffer_memory, batch_size)
+        # The routes of the native appender hold each partition's open batch (its
+        # tail), where the native send path finds it in one step; only the
+        # accumulator sets them.
+        self.appender = appender if appender is not None else Appender(hash_keys=True)
         self.metrics: ProducerMetrics | None = None
         self.batch_size = batch_size
         # A grown batch takes at most a quarter of the memory, like a compressed one.
@@ -107,6 +136,7 @@ class RecordAccumulator:
         self.incomplete: set[ProducerBatch] = set()
         self.flushes_in_progress = 0
         self.closing = False
+        self._refusal: KafkaError | None = None
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._drain_index = 0
         # Blocks of split batches live outside buffer_memory, as Java's do: block id
@@ -115,21 +145,76 @@ class RecordAccumulator:
 
     # -- append path -------------------------------------------------------------
 
+    def tail(self, tp: TopicPartition) -> ProducerBatch | None:
+        """The partition's open batch (the last one created), or None."""
+        route = self.appender.route(tp[0])
+        if route is None or tp[1] >= len(route.tails):
+            return None
+        batch: ProducerBatch | None = route.tails[tp[1]]
+        return batch
+
     def try_append(self, tp: TopicPartition, timestamp: int, key: object, value: object,
                    headers: object) -> tuple[ProducerBatch, int] | None:
-        """Append to the partition's open tail batch; None if a new batch is needed."""
-        dq = self.batches.get(tp)
-        if dq:
-            batch = dq[-1]
-            if not batch.full:
-                index = batch.builder.append(timestamp, key, value, headers)
-                if index >= 0:
-                    return batch, index
-                batch.full = True
+        """Append to the partition's open batch; None if a new batch is needed."""
+        batch = self.tail(tp)
+        if batch is not None and not batch.full:
+            index = batch.builder.append(timestamp, key, value, headers)
+            if index >= 0:
+                return batch, index
+            batch.full = True
         return None
+
+    async def append(self, topic: str, info: TopicInfo, partition: int, timestamp: int,
+                     key: object, value: object, headers: object, record_size: int, *,
+                     sticky: StickyPartitioner | None, max_block_s: float) -> AppendResult:
+        """Append one record (Java's ``RecordAccumulator.append``).
+
+        Tries the partition's open batch; a keyless record whose sticky partition
+        needs a new batch moves to another partition first (``sticky``, KIP-480);
+        otherwise a new batch is opened in a block from the pool, waiting for memory
+        up to ``max_block_s``. Every ``await`` comes before the record is appended: a
+        cancelled call buffered nothing.
+        """
+        n = len(info.partitions)
+        route = self.appender.route(topic)
+        if route is None or route.num_partitions != n:
+            # The native send path hashes keys over this count: keep it current.
+            self.appender.set_route(topic, n)
+        tp = (topic, partition)
+        appended = self.try_append(tp, timestamp, key, value, headers)
+        if appended is None and sticky is not None and self.tail(tp) is not None:
+            partition = sticky.on_new_batch(topic, info, partition)
+            tp = (topic, partition)
+            appended = self.try_append(tp, timestamp, key, value, headers)
+        if appended is not None:
+            return AppendResult(appended[0], appended[1], False)
+        if self.linger > 0 and self.batches.get(tp):
+            # Let the Sender (and the network) run once per new batch: a tight loop
+            # of sends never yields otherwise, and batches would pile up until the
+            # pool is full. Once per batch, not per record, keeps the hot path cheap.
+            await asyncio.sleep(0)
+            self._check_open()
+            appended = self.try_append(tp, timestamp, key, value, headers)
+            if appended is not None:
+                return AppendResult(appended[0], appended[1], False)
+        block = await self.allocate(self.block_size_for(record_size, tp), max_block_s)
+        if self._refusal is not None:
+            self.release_block(block)
+            self._check_open()
+        # Another send may have opened a batch for this partition while we waited.
+        appended = self.try_append(tp, timestamp, key, value, headers)
+        if appended is not None:
+            self.release_block(block)
+            return AppendResult(appended[0], appended[1], False)
+        batch = self.new_batch(tp, block, asyncio.get_running_loop())
+        index = batch.builder.append(timestamp, key, value, headers)
+        if index < 0:  # cannot happen: the block was sized for this record
+            raise RecordTooLargeError("record does not fit in a block sized for it")
+        return AppendResult(batch, index, True)
 
     def new_batch(self, tp: TopicPartition, block: Block,
                   loop: asyncio.AbstractEventLoop) -> ProducerBatch:
+        """Open a new batch for ``tp`` in ``block``; it becomes the partition's tail."""
         batch = ProducerBatch(tp, block, loop.create_future(), time.monotonic())
         if self.codec:
             cap = block.capacity
@@ -143,7 +228,41 @@ class RecordAccumulator:
             dq[-1].full = True
         dq.append(batch)
         self.incomplete.add(batch)
+        route = self.appender.route(tp[0])
+        if route is None or tp[1] >= route.num_partitions:
+            route = self.appender.set_route(tp[0], max(tp[1] + 1,
+                                                       route.num_partitions if route else 0))
+        previous = route.tails[tp[1]]
+        if previous is not None:
+            previous.full = True
+        route.tails[tp[1]] = batch
         return batch
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    def begin_flush(self) -> None:
+        """From now until :meth:`end_flush`, every batch is sendable at once."""
+        self.flushes_in_progress += 1
+
+    def end_flush(self) -> None:
+        self.flushes_in_progress -= 1
+
+    def close(self, error: KafkaError) -> None:
+        """No more appends (they raise ``error``); what is buffered goes out now."""
+        self.closing = True
+        self.refuse_appends(error)
+
+    def refuse_appends(self, error: KafkaError) -> None:
+        """From now on appends raise ``error`` (a closed or failed producer); sends
+        waiting for memory are woken to raise it."""
+        if self._refusal is None:
+            self._refusal = error
+        self.wake_all_waiters()
+
+    def _check_open(self) -> None:
+        if self._refusal is not None:
+            err = type(self._refusal)(str(self._refusal))
+            raise err from self._refusal.__cause__
 
     def block_size_for(self, record_size: int, tp: TopicPartition) -> int:
         """Block size for a new batch of ``tp`` whose first record encodes to
@@ -233,9 +352,10 @@ class RecordAccumulator:
         started = time.perf_counter_ns()
         try:
             while True:
-                if self.closing:
+                if self._refusal is not None:
                     raise ProducerClosedError(
-                        "the producer was closed while send() waited for memory")
+                        "the producer was closed while send() waited for memory"
+                    ) if self.closing else type(self._refusal)(str(self._refusal))
                 if self._waiters[0] is fut:
                     block = self.pool.try_allocate(size)
                     if block is not None:
@@ -488,7 +608,7 @@ class RecordAccumulator:
                 out.append(dq.popleft())
         return out
 
-    def abort_queued(self, error: KafkaError) -> list[ProducerBatch]:
+    def abort_undrained(self, error: KafkaError) -> list[ProducerBatch]:
         """Fail every batch still queued (not in flight); returns them."""
         out: list[ProducerBatch] = []
         for dq in self.batches.values():

@@ -21,14 +21,14 @@ from .errors import (
     KafkaError,
     KafkaTimeoutError,
     ProducerClosedError,
-    RecordTooLargeError,
     SerializationError,
 )
 from .interceptors import InterceptorChain, ProducerRecord
-from .metadata import Cluster, Metadata, TopicInfo
+from .metadata import Cluster, Metadata
 from .metrics import MetricsSnapshot, ProducerMetrics
 from .net.client import KafkaClient
 from .partitioner import RecordPartitioner
+from .producer_id import ProducerIdManager
 from .record import RecordFuture, RecordMetadata, SendManyResult
 from .sender import Sender
 from .serializers import Header, check_record_size, prepare_record
@@ -67,6 +67,10 @@ class Producer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._metadata = Metadata(max_age_ms=c.metadata_max_age_ms,
                                   retry_backoff_ms=c.retry_backoff_ms)
+        # Records whose key + value approach a size limit take the exact Python check.
+        max_payload = min(c.max_request_size, c.buffer_memory) - BATCH_HEADER_SIZE - 64
+        self._partitioner = RecordPartitioner(c.partitioner, ignore_keys=c.partitioner_ignore_keys,
+                                              max_payload=max_payload)
         self._accumulator = RecordAccumulator(
             batch_size=c.batch_size, batch_max_size=c.batch_max_size or c.batch_size,
             buffer_memory=c.buffer_memory, linger_ms=c.linger_ms,
@@ -74,14 +78,10 @@ class Producer:
             delivery_timeout_ms=c.delivery_timeout_ms,
             codec=codec_id(c.compression_type),
             compressor=make_compressor(c.compression_type, c.compression_level),
-            max_request_size=c.max_request_size,
+            max_request_size=c.max_request_size, appender=self._partitioner.appender,
         )
         self._metrics = ProducerMetrics(c.client_id)
         self._accumulator.metrics = self._metrics
-        # Records whose key + value approach a size limit take the exact Python check.
-        max_payload = min(c.max_request_size, c.buffer_memory) - BATCH_HEADER_SIZE - 64
-        self._partitioner = RecordPartitioner(c.partitioner, ignore_keys=c.partitioner_ignore_keys,
-                                              max_payload=max_payload)
         self._client: KafkaClient | None = None
         self._security = c.security()  # TLS files are loaded (and checked) here
         self._sender: Sender | None = None
@@ -124,7 +124,15 @@ class Producer:
         client.update_nodes(cluster.nodes)
         self._metadata.refresh_done(time.monotonic(), cluster, [])
         _check_produce_version(client)
-        self._sender = Sender(c, client, self._metadata, self._accumulator, self._metrics)
+        # The producer is the composition root: it builds the idempotence and
+        # transaction state and hands them to the Sender, which drives them.
+        pid = ProducerIdManager(client, c) if c.enable_idempotence else None
+        txn = None
+        if c.transactional_id is not None:
+            assert pid is not None
+            txn = TransactionManager(client, c, pid, self._wake_sender)
+        self._sender = Sender(c, client, self._metadata, self._accumulator, self._metrics,
+                              pid=pid, txn=txn)
         # Through a weak reference: the Sender must not keep an abandoned producer
         # alive (its __del__ warns and cleans up).
         ref = weakref.ref(self)
@@ -135,11 +143,15 @@ class Producer:
                 producer._on_sender_failed(error)
 
         self._sender.on_fatal = on_fatal
-        self._txn = self._sender.txn
+        self._txn = txn
         self._sender.start()
         self._state = _RUNNING
         self._appender.bind(self._loop)
         self._hot = self._fast and self._txn is None
+
+    def _wake_sender(self) -> None:
+        if self._sender is not None:
+            self._sender.wakeup()
 
     async def __aenter__(self) -> Producer:
         await self.start()
@@ -158,13 +170,12 @@ class Producer:
         pending = [b.result for b in acc.incomplete]
         if not pending:
             return
-        acc.flushes_in_progress += 1
-        if self._sender is not None:
-            self._sender.wakeup()
+        acc.begin_flush()
+        self._wake_sender()
         try:
             _done, not_done = await asyncio.wait(pending, timeout=timeout)
         finally:
-            acc.flushes_in_progress -= 1
+            acc.end_flush()
         if not_done:
             records = sum(b.record_count for b in acc.incomplete if b.result in not_done)
             raise KafkaTimeoutError(
@@ -201,9 +212,8 @@ class Producer:
         self._hot = False
         self._appender.bind(None)
         acc = self._accumulator
-        acc.closing = True
+        acc.close(ProducerClosedError("the producer was closed"))
         self._metadata.fail_waiters(ProducerClosedError("the producer was closed"))
-        acc.wake_all_waiters()
         sender = self._sender
         try:
             if sender is not None and sender.task is not None:
@@ -259,6 +269,7 @@ class Producer:
         self._fatal = error
         self._hot = False
         self._appender.bind(None)
+        self._accumulator.refuse_appends(error)
 
     def _raise_if_failed(self) -> None:
         if self._fatal is not None:
@@ -325,20 +336,16 @@ class Producer:
             if self._state != _RUNNING:
                 self._raise_not_running()
             self._accumulator.learn_growth_cap(topic)
-        part = self._partitioner.partition(topic, key, partition, info)
-        acc = self._accumulator
-        tp = (topic, part)
-        appended = acc.try_append(tp, timestamp_ms, key, value, checked)
-        if appended is None and self._partitioner.route(topic, info).tails[part] is not None \
-                and self._partitioner.is_sticky_choice(topic, key, partition):
-            # KIP-480: the sticky partition's batch is full; move to another partition.
-            part = self._partitioner.on_new_batch(topic, info, part)
-            tp = (topic, part)
-            appended = acc.try_append(tp, timestamp_ms, key, value, checked)
-        if appended is None:
-            appended = await self._append_new_batch(tp, info, timestamp_ms, key, value,
-                                                     checked, record_size, started)
-        batch, index = appended
+        partitioner = self._partitioner
+        part = partitioner.partition(topic, key, partition, info)
+        remaining = self._max_block_s - (time.monotonic() - started if started else 0.0)
+        res = await self._accumulator.append(
+            topic, info, part, timestamp_ms, key, value, checked, record_size,
+            sticky=partitioner if partitioner.is_sticky_choice(topic, key, partition)
+            else None, max_block_s=max(remaining, 0.0))
+        if res.new_batch:
+            self._on_new_batch(res.batch)
+        batch, index = res.batch, res.index
         return RecordFuture(batch, index, timestamp_ms,
                             -1 if key is None else len(key),
                             -1 if value is None else len(value))
@@ -409,60 +416,18 @@ class Producer:
         info = await self._metadata.wait_for_topic(topic, self._max_block_s)
         return [p.partition for p in info.partitions]
 
-    async def _append_new_batch(self, tp: tuple[str, int], info: TopicInfo, timestamp_ms: int,
-                                key: Any, value: Any, headers: Any, record_size: int,
-                                started: float) -> Any:
-        """Open a new batch for ``tp`` and append the record to it.
-
-        Every ``await`` here comes before the record is appended: a ``send()``
-        cancelled while it waits did not buffer its record, and one that returns has
-        (nothing is appended that its caller does not get a future for).
-        """
-        acc = self._accumulator
-        queued = acc.batches.get(tp)
-        if queued and not self._linger_zero:
-            # Let the Sender (and the network) run once per new batch: a tight loop of
-            # sends never yields otherwise, and batches would pile up until the pool is
-            # full. Once per batch, not per record, keeps the hot path cheap.
-            await asyncio.sleep(0)
-            if self._state != _RUNNING:
-                self._raise_not_running()
-            appended = acc.try_append(tp, timestamp_ms, key, value, headers)
-            if appended is not None:
-                return appended
-        remaining = self._max_block_s - (time.monotonic() - started if started else 0.0)
-        block = await acc.allocate(acc.block_size_for(record_size, tp), max(remaining, 0.0))
-        if self._state != _RUNNING:
-            acc.release_block(block)
-            self._raise_not_running()
-        self._raise_if_failed_releasing(block)
-        # Another send may have opened a batch for this partition while we waited.
-        appended = acc.try_append(tp, timestamp_ms, key, value, headers)
-        if appended is not None:
-            acc.release_block(block)
-            return appended
-        loop = self._loop
-        assert loop is not None
-        batch = acc.new_batch(tp, block, loop)
-        self._partitioner.route(tp[0], info).tails[tp[1]] = batch
-        index = batch.builder.append(timestamp_ms, key, value, headers)
-        if index < 0:  # cannot happen: the block was sized for this record
-            raise RecordTooLargeError("record does not fit in a block sized for it")
+    def _on_new_batch(self, batch: ProducerBatch) -> None:
+        """A send opened a new batch: the Sender should look again."""
         sender = self._sender
-        if sender is not None:
-            if self._linger_zero:
-                # linger_ms=0: the batch is sendable now; one Sender pass here writes it
-                # without waiting for the Sender task's next turn of the loop.
-                sender.run_once(time.monotonic())
-                if batch.full:
-                    return batch, index
-            sender.wakeup()
-        return batch, index
-
-    def _raise_if_failed_releasing(self, block: Any) -> None:
-        if self._fatal is not None:
-            self._accumulator.release_block(block)
-            self._raise_if_failed()
+        if sender is None:
+            return
+        if self._linger_zero:
+            # linger_ms=0: the batch is sendable now; one Sender pass here writes it
+            # without waiting for the Sender task's next turn of the loop.
+            sender.run_once(time.monotonic())
+            if batch.full:
+                return  # drained and written: nothing left for the Sender task
+        sender.wakeup()
 
     # -- observability -----------------------------------------------------------
 
@@ -525,10 +490,7 @@ class Producer:
             if pending:
                 await asyncio.wait(pending)
 
-        def abort_queued(error: KafkaError) -> None:
-            sender._abort_queued(error)
-
-        await txn.abort(abort_queued, wait_in_flight)
+        await txn.abort(sender.abort_queued, wait_in_flight)
 
     async def send_offsets_to_transaction(
             self, offsets: Mapping[Any, Any] | Iterable[Any],
@@ -590,7 +552,7 @@ class Producer:
             return
 
         async def abandon() -> None:
-            acc.closing = True
+            acc.close(ProducerClosedError("the producer was garbage-collected"))
             acc.abort_all(ProducerClosedError(
                 "the producer was garbage-collected without close()"))
             if sender is not None:

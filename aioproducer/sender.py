@@ -82,8 +82,11 @@ class Sender:
     """Moves batches from the accumulator to the brokers and completes them."""
 
     def __init__(self, config: ProducerConfig, client: KafkaClient, metadata: Metadata,
-                 accumulator: RecordAccumulator, metrics: ProducerMetrics | None = None
-                 ) -> None:
+                 accumulator: RecordAccumulator, metrics: ProducerMetrics | None = None,
+                 *, pid: ProducerIdManager | None = None,
+                 txn: TransactionManager | None = None) -> None:
+        """``pid`` (idempotence) and ``txn`` (transactions) are built by the
+        producer, which owns them; the Sender drives them."""
         self.config = config
         self.metrics = metrics or ProducerMetrics(config.client_id)
         self.client = client
@@ -96,11 +99,8 @@ class Sender:
         self.delivery_timeout = config.delivery_timeout_ms / 1000.0
         self.reconnect_backoff = config.reconnect_backoff_ms / 1000.0
         self.guarantee_order = self.max_in_flight == 1
-        self.pid = ProducerIdManager(client, config) if config.enable_idempotence else None
-        self.txn: TransactionManager | None = None
-        if config.transactional_id is not None:
-            assert self.pid is not None
-            self.txn = TransactionManager(client, config, self.pid, self.wakeup)
+        self.pid = pid
+        self.txn = txn
         self.transactional_id = config.transactional_id
         self.in_flight: dict[TopicPartition, deque[ProducerBatch]] = {}
         self.task: asyncio.Task[None] | None = None
@@ -221,7 +221,7 @@ class Sender:
         if txn is not None:
             err = txn.blocks_queued
             if err is not None and any(self.acc.batches.values()):
-                self._abort_queued(err)
+                self.abort_queued(err)
         elif pid is not None and pid.ready:
             # Idempotence: settle partitions whose expired batches are answered, and
             # make the local epoch bumps that are due (only those partitions wait).
@@ -631,9 +631,9 @@ class Sender:
                 while dq:
                     self._fail(dq.popleft(), error, written=False)
 
-    def _abort_queued(self, error: KafkaError) -> None:
+    def abort_queued(self, error: KafkaError) -> None:
         """Transactions: fail the queued batches of an aborted or failed transaction."""
-        failed = self.acc.abort_queued(error)
+        failed = self.acc.abort_undrained(error)
         now = time.monotonic()
         for b in failed:
             self.metrics.records_failed(b.topic, b.record_count, now)
