@@ -13,13 +13,10 @@ import difflib
 import ssl
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .compression import validate_level
 from .errors import ConfigError
-
-if TYPE_CHECKING:
-    from .net.security import Security
 
 __all__ = [
     "SASL_MECHANISMS",
@@ -330,13 +327,6 @@ class ProducerConfig:
         elif not self.sasl_plain_username or self.sasl_plain_password is None:
             raise ConfigError(f"sasl_mechanism {mech.upper()} needs sasl_plain_username and "
                               "sasl_plain_password")
-
-    def security(self) -> Security:
-        """The connection security these options describe; loads (and checks) the TLS
-        files. Same as :func:`aioproducer.net.security.security_from_config`."""
-        from .net.security import security_from_config
-
-        return security_from_config(self)
 
     @property
     def servers(self) -> list[str]:

@@ -27,6 +27,7 @@ from .interceptors import InterceptorChain, ProducerRecord
 from .metadata import Cluster, Metadata
 from .metrics import MetricsSnapshot, ProducerMetrics
 from .net.client import KafkaClient
+from .net.security import security_from_config
 from .partitioner import RecordPartitioner
 from .producer_id import ProducerIdManager
 from .record import RecordFuture, RecordMetadata, SendManyResult
@@ -83,7 +84,7 @@ class Producer:
         self._metrics = ProducerMetrics(c.client_id)
         self._accumulator.metrics = self._metrics
         self._client: KafkaClient | None = None
-        self._security = c.security()  # TLS files are loaded (and checked) here
+        self._security = security_from_config(c)  # TLS files are loaded (and checked) here
         self._sender: Sender | None = None
         self._txn: TransactionManager | None = None
         self._max_block_s = c.max_block_ms / 1000.0

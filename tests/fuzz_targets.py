@@ -40,7 +40,8 @@ from aioproducer._native import BATCH_HEADER_SIZE, BatchBuilder, BufferPool
 from aioproducer.errors import AuthenticationError, KafkaConnectionError, ProtocolError
 from aioproducer.net.connection import BrokerConnection
 from aioproducer.net.protocol import check_entity_layout, decode_entity
-from aioproducer.net.security import OAuthBearer, Scram, Secret
+from aioproducer.net.sasl import OAuthBearer, Scram
+from aioproducer.net.security import Secret
 
 # -- the responses aioproducer decodes: (API, versions) as the package asks for them ----
 

@@ -485,15 +485,13 @@ async def test_metadata_and_topic_admin(bootstrap: str) -> None:
                 await topic_admin.create_topics([(name, 3, 1, {})], 15.0)
             assert info.value.code == ErrorCode.topic_already_exists
             assert name in str(info.value)
-            # KafkaClient keeps the same methods (aioproducer.testing.plugin uses them).
-            await client.create_topics([(name, 3, 1, {})], 15.0, exist_ok=True)
             t = await wait_for_topic(client, name)
             assert t.name == name and len(t.partitions) == 3 and t.topic_id is not None
         finally:
             await topic_admin.delete_topics([name], 15.0)
         with pytest.raises(UnknownTopicOrPartitionError):
             await topic_admin.delete_topics([name], 15.0)
-        await client.delete_topics([name], 15.0, missing_ok=True)
+        await topic_admin.delete_topics([name], 15.0, missing_ok=True)
         # Deletion reaches the broker's metadata cache asynchronously.
         deadline = time.monotonic() + 15
         while True:

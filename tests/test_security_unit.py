@@ -124,7 +124,7 @@ async def test_security_config_errors() -> None:
     c = ProducerConfig.from_options({"security.protocol": "sasl_ssl",
                                      "sasl.mechanism": "scram-sha-512",
                                      "sasl.plain.username": "u", "sasl.plain.password": "p"})
-    assert c.security().sasl_mechanism == "SCRAM-SHA-512"
+    assert security_from_config(c).sasl_mechanism == "SCRAM-SHA-512"
 
 
 async def test_security_from_config() -> None:

@@ -52,7 +52,6 @@ from ..errors import (
     TLSError,
     for_code,
 )
-from .admin import Admin, TopicSpec
 from .connection import BrokerConnection
 from .protocol import build_entity, request_module
 from .security import Security
@@ -451,18 +450,6 @@ class KafkaClient:
             raise ProtocolError(f"DescribeConfigs gave no max.message.bytes for {topic!r}")
 
         return await self.on_any_node(op, timeout_s, "describe topic configuration")
-
-    # -- topic administration (kept for aioproducer.testing.plugin) -----------------------
-
-    async def create_topics(self, topics: Sequence[TopicSpec], timeout_s: float, *,
-                            exist_ok: bool = False) -> None:
-        """Same as :meth:`Admin.create_topics <aioproducer.net.admin.Admin.create_topics>`."""
-        await Admin(self).create_topics(topics, timeout_s, exist_ok=exist_ok)
-
-    async def delete_topics(self, names: Sequence[str], timeout_s: float, *,
-                            missing_ok: bool = False) -> None:
-        """Same as :meth:`Admin.delete_topics <aioproducer.net.admin.Admin.delete_topics>`."""
-        await Admin(self).delete_topics(names, timeout_s, missing_ok=missing_ok)
 
     # -- shutdown ----------------------------------------------------------------------
 

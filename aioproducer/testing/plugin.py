@@ -53,6 +53,7 @@ from typing import Any, Literal, TypeVar, cast
 
 import pytest
 
+from ..net.admin import Admin
 from ..net.client import KafkaClient
 from ..producer import Producer
 from .mock import MockProducer
@@ -192,8 +193,8 @@ async def _create_topic(bootstrap: str, name: str, partitions: int, replication:
                         config: dict[str, str]) -> None:
     client = KafkaClient(bootstrap)
     try:
-        await client.create_topics([(name, partitions, replication, config)],
-                                   _ADMIN_TIMEOUT_S, exist_ok=False)
+        await Admin(client).create_topics([(name, partitions, replication, config)],
+                                          _ADMIN_TIMEOUT_S, exist_ok=False)
         # Wait until the metadata gives every partition a leader, so the first send
         # does not start with a round of "unknown topic" / NOT_LEADER retries.
         deadline = time.monotonic() + _ADMIN_TIMEOUT_S
@@ -215,7 +216,7 @@ async def _create_topic(bootstrap: str, name: str, partitions: int, replication:
 async def _delete_topics(bootstrap: str, names: list[str]) -> None:
     client = KafkaClient(bootstrap)
     try:
-        await client.delete_topics(names, _ADMIN_TIMEOUT_S, missing_ok=True)
+        await Admin(client).delete_topics(names, _ADMIN_TIMEOUT_S, missing_ok=True)
     finally:
         await client.close()
 
