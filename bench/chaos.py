@@ -37,7 +37,7 @@ checked (:meth:`ChaosReport.violations`):
 * the producer ids/epochs granted by InitProducerId (the proxies' responses, seen
   through their ``corrupt_responses`` hook, which returns them unchanged; without it,
   the requests the proxies counted) are at most 1 + the number of *epoch-bump
-  events*, and every one after the first has such an event of its own at most 3 s
+  events* (none by default), and every one after the first has such an event of its own at most 3 s
   before it (:func:`unexplained`).  A request retried after an error response or a
   lost connection grants nothing new, so only grants are held to this; requests and
   error responses are reported too.  The
@@ -45,9 +45,11 @@ checked (:meth:`ChaosReport.violations`):
   poison batch is one: this producer bumps its epoch after a batch the broker refused
   (like Java's idempotent producer, KIP-360;
   ``tests/test_delivery_faults.py::test_fatal_batch_error_bumps_epoch``), since the
-  partition's sequence numbers must start again.  ``poison_may_bump=False``
-  (``--strict-init-producer-id``) allows exactly one request in all, for a producer
-  that rewinds the partition's sequence numbers instead;
+  partition's sequence numbers must start again.  The default,
+  ``poison_may_bump=False``, allows exactly one request in all: the producer bumps the
+  refused batch's partition epoch locally, as Java does, with no InitProducerId.
+  ``poison_may_bump=True`` (``--allow-init-per-poison``) accepts one per refused poison
+  batch, to compare with versions that sent InitProducerId after each;
 * the longest gap between consecutive main-topic acknowledgements after the last fault
   ended (from its end to the first ack, between acks, and from the last ack to the end
   of the wait if records were still unacknowledged) is below ``max_ack_gap`` seconds;
@@ -151,7 +153,7 @@ class ChaosConfig:
     poison_interval: float = 1.0
     poison_big_bytes: int = 50_000
     poison_max_message_bytes: int = 20_000
-    poison_may_bump: bool = True        # False: InitProducerId at most once, poison or not
+    poison_may_bump: bool = False       # True: one InitProducerId per refused poison batch
     linger_ms: int = 5
     delivery_timeout_ms: int = 60_000
     max_block_ms: int = 60_000
@@ -1003,9 +1005,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--no-faults", action="store_true",
                     help="no kills, pauses or proxy faults (checks the harness)")
     ap.add_argument("--no-poison", action="store_true", help="no poison records")
-    ap.add_argument("--strict-init-producer-id", action="store_true",
-                    help="a refused poison batch may not bump the epoch either: one "
-                         "InitProducerId request in all")
+    ap.add_argument("--allow-init-per-poison", action="store_true",
+                    help="accept one InitProducerId per refused poison batch (older "
+                         "versions sent one; by default one request in all)")
     ap.add_argument("--no-proxy", action="store_true",
                     help="connect directly (no reset/drop_acks faults, no InitProducerId "
                          "count)")
@@ -1048,7 +1050,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = ChaosConfig(records=args.records, seed=seed, rate=args.rate,
                       faults=not args.no_faults, poison=not args.no_poison,
                       pause_seconds=args.pause_seconds, max_ack_gap=args.max_ack_gap,
-                      poison_may_bump=not args.strict_init_producer_id)
+                      poison_may_bump=args.allow_init_per_poison)
     tmp = None
     if args.cluster_dir:
         state_dir = Path(args.cluster_dir)

@@ -41,10 +41,7 @@ def short_config(**overrides: object) -> ChaosConfig:
         restart_estimate=25.0, gap=(1.5, 3.0),
         delivery_timeout_ms=60_000, max_block_ms=60_000,
         node_timeout=60.0, settle_timeout=30.0, close_timeout=10.0, consume_timeout=60.0,
-        wall_timeout=110.0, max_ack_gap=15.0,
-        # A refused poison batch bumps its partition's epoch locally: InitProducerId
-        # is sent once, at start-up, whatever the faults.
-        poison_may_bump=False)
+        wall_timeout=110.0, max_ack_gap=15.0)
     return ChaosConfig(**{**cfg.__dict__, **overrides})
 
 
