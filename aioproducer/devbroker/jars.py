@@ -1,0 +1,251 @@
+"""The Kafka jars: fetched once from Maven Central with ``mvn``
+(``dependency:copy-dependencies``) into a cache directory, and the ``java`` command
+lines built on them (``java_classpath``, ``run_java``)."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from .common import _tail
+
+KAFKA_VERSION = "4.3.1"
+SCALA_VERSION = "2.13"
+_LOG4J_VERSION = "2.24.3"
+_SLF4J_VERSION = "2.0.17"
+
+_MARKER = ".complete"
+_MVN_TIMEOUT = 900.0
+
+
+class KafkaLibsError(RuntimeError):
+    """The Kafka jars could not be fetched (no ``mvn``, no network, a Maven error...)."""
+
+
+# --------------------------------------------------------------------------------------
+# Where things live
+
+
+def _source_checkout() -> Path | None:
+    """The repository root when this module is imported from a source checkout."""
+    root = Path(__file__).resolve().parent.parent.parent
+    return root if (root / "pyproject.toml").is_file() else None
+
+
+def cache_dir() -> Path:
+    """Where the Kafka jars are kept (``kafka-<version>/`` under the cache root).
+
+    The root is ``$AIOPRODUCER_CACHE_DIR``, else ``<checkout>/.cache`` in a source
+    checkout, else ``~/.cache/aioproducer``.
+    """
+    env = os.environ.get("AIOPRODUCER_CACHE_DIR")
+    if env:
+        root = Path(env).expanduser()
+    else:
+        checkout = _source_checkout()
+        root = checkout / ".cache" if checkout else Path.home() / ".cache" / "aioproducer"
+    return (root / f"kafka-{KAFKA_VERSION}").absolute()
+
+
+# --------------------------------------------------------------------------------------
+# The jars
+
+
+_POM = f"""<?xml version="1.0" encoding="UTF-8"?>
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>aioproducer.devbroker</groupId>
+  <artifactId>kafka-dist</artifactId>
+  <version>{KAFKA_VERSION}</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency>
+      <groupId>org.apache.kafka</groupId>
+      <artifactId>kafka_{SCALA_VERSION}</artifactId>
+      <version>{KAFKA_VERSION}</version>
+    </dependency>
+    <dependency>
+      <groupId>org.apache.kafka</groupId>
+      <artifactId>kafka-tools</artifactId>
+      <version>{KAFKA_VERSION}</version>
+    </dependency>
+    <dependency>
+      <groupId>org.apache.logging.log4j</groupId>
+      <artifactId>log4j-slf4j2-impl</artifactId>
+      <version>{_LOG4J_VERSION}</version>
+    </dependency>
+    <dependency>
+      <groupId>org.apache.logging.log4j</groupId>
+      <artifactId>log4j-core</artifactId>
+      <version>{_LOG4J_VERSION}</version>
+    </dependency>
+    <dependency>
+      <groupId>org.slf4j</groupId>
+      <artifactId>slf4j-api</artifactId>
+      <version>{_SLF4J_VERSION}</version>
+    </dependency>
+  </dependencies>
+</project>
+"""
+
+_REQUIRED_JARS = (f"kafka_{SCALA_VERSION}-{KAFKA_VERSION}.jar", f"kafka-tools-{KAFKA_VERSION}.jar")
+
+
+def _libs_complete(root: Path) -> bool:
+    try:
+        marker = json.loads((root / _MARKER).read_text())
+        jars = {p.name for p in (root / "libs").glob("*.jar")}
+    except (OSError, ValueError):
+        return False
+    return (isinstance(marker, dict) and marker.get("version") == KAFKA_VERSION
+            and len(jars) == marker.get("jars") and all(j in jars for j in _REQUIRED_JARS))
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path, timeout: float) -> Iterator[None]:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise KafkaLibsError(f"timed out waiting for the lock {path}") from None
+                time.sleep(0.2)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def ensure_kafka_libs() -> Path:
+    """The directory of Kafka's jars (and its dependencies), fetched with ``mvn`` if needed.
+
+    Safe to call from several processes at once: a file lock makes one of them fetch
+    while the others wait, and a marker file written last says the directory is complete.
+    """
+    root = cache_dir()
+    libs = root / "libs"
+    if _libs_complete(root):
+        return libs
+    root.mkdir(parents=True, exist_ok=True)
+    with _file_lock(root / ".lock", _MVN_TIMEOUT + 60):
+        if _libs_complete(root):
+            return libs
+        mvn = shutil.which("mvn")
+        if mvn is None:
+            raise KafkaLibsError(
+                "Maven ('mvn') is needed to fetch the Apache Kafka jars and is not on PATH "
+                "(on Debian/Ubuntu: apt-get install maven openjdk-17-jre-headless)")
+        (root / "pom.xml").write_text(_POM)
+        partial = root / "libs.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        print(f"aioproducer: fetching Apache Kafka {KAFKA_VERSION} with Maven into {root} "
+              "(once)...", file=sys.stderr, flush=True)
+        started = time.monotonic()
+        cmd = [mvn, "-B", "--no-transfer-progress", "-f", str(root / "pom.xml"),
+               "dependency:copy-dependencies", f"-DoutputDirectory={partial}",
+               "-DincludeScope=runtime"]
+        try:
+            done = subprocess.run(cmd, cwd=root, stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True, timeout=_MVN_TIMEOUT, check=False)
+        except subprocess.TimeoutExpired as exc:
+            out = exc.output if isinstance(exc.output, str) else ""
+            raise KafkaLibsError(f"mvn did not finish in {_MVN_TIMEOUT:.0f} s:\n"
+                                 f"{_tail(out, 40)}") from None
+        jars = sorted(p.name for p in partial.glob("*.jar")) if partial.is_dir() else []
+        missing = [j for j in _REQUIRED_JARS if j not in jars]
+        if done.returncode != 0 or missing:
+            raise KafkaLibsError(
+                f"fetching Apache Kafka {KAFKA_VERSION} with Maven failed (exit "
+                f"{done.returncode}{', missing ' + ', '.join(missing) if missing else ''}):\n"
+                f"$ {shlex.join(cmd)}\n{_tail(done.stdout, 40)}")
+        shutil.rmtree(libs, ignore_errors=True)
+        partial.rename(libs)
+        shutil.rmtree(root / "target", ignore_errors=True)
+        tmp = root / (_MARKER + ".tmp")
+        tmp.write_text(json.dumps({"version": KAFKA_VERSION, "jars": len(jars)}))
+        tmp.replace(root / _MARKER)
+        print(f"aioproducer: fetched {len(jars)} jars in {time.monotonic() - started:.1f} s",
+              file=sys.stderr, flush=True)
+    return libs
+
+
+def java_executable() -> str:
+    """``$JAVA_HOME/bin/java`` if it exists, else ``java`` from PATH."""
+    home = os.environ.get("JAVA_HOME")
+    if home and os.access(Path(home) / "bin" / "java", os.X_OK):
+        return str(Path(home) / "bin" / "java")
+    found = shutil.which("java")
+    if found is None:
+        raise KafkaLibsError("Java (17 or newer) is needed to run Kafka and 'java' is not on "
+                             "PATH (on Debian/Ubuntu: apt-get install openjdk-17-jre-headless)")
+    return found
+
+
+def java_classpath() -> str:
+    """A ``-cp`` value holding Kafka, its tools and their dependencies."""
+    return str(ensure_kafka_libs() / "*")
+
+
+_TOOLS_LOG4J = """Configuration:
+  status: error
+  Appenders:
+    Console:
+      name: STDERR
+      target: SYSTEM_ERR
+      PatternLayout:
+        pattern: "[%d] %p %m (%c)%n"
+  Loggers:
+    Root:
+      level: WARN
+      AppenderRef:
+        - ref: STDERR
+"""
+
+
+def _tools_log4j_config() -> Path:
+    path = cache_dir() / "tools-log4j2.yaml"
+    if not path.is_file() or path.read_text() != _TOOLS_LOG4J:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(_TOOLS_LOG4J)
+        tmp.replace(path)
+    return path
+
+
+def _tool_command(target: str, args: Sequence[str], jvm_args: Sequence[str]) -> list[str]:
+    return [java_executable(), "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+            "-Djava.awt.headless=true", f"-Dlog4j2.configurationFile={_tools_log4j_config()}",
+            *jvm_args, "-cp", java_classpath(), target, *args]
+
+
+def run_java(main_class_or_source_file: str | os.PathLike[str], args: Sequence[str] = (),
+             timeout: float = 120.0, *, input: str | None = None,
+             jvm_args: Sequence[str] = (), check: bool = False,
+             cwd: str | os.PathLike[str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run a Java main class (e.g. ``org.apache.kafka.tools.consumer.ConsoleConsumer``) or a
+    single-file Java program (a path ending in ``.java``) with Kafka's jars on the class
+    path; its output is captured as text. The process is killed after ``timeout`` seconds
+    (``subprocess.TimeoutExpired`` is raised then)."""
+    target = os.fspath(main_class_or_source_file)
+    if target.endswith(".java"):
+        target = str(Path(target).absolute())
+    cmd = _tool_command(target, args, jvm_args)
+    return subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=timeout,
+                          check=check, cwd=cwd,
+                          stdin=subprocess.DEVNULL if input is None else None)
