@@ -317,8 +317,18 @@ async def test_compressed_batches_approach_batch_size_on_the_wire(
 
     The first batches, before anything was learnt, hold at most ``batch_size``. The
     estimate moves in steps (down 0.005 a batch, up at least 0.05 on a worse batch, as
-    in Java) and partial batches (linger) compress worse, so the sizes wobble: the test
-    looks at the upper decile and the median of the last quarter of the batches.
+    in Java), so the sizes wobble: the test looks at the upper decile and the median of
+    the last quarter of the batches.
+
+    Every batch but the last is full by construction, so that the sizes depend on the
+    data and the estimator only, not on timing: one ``send_many`` call (a partial
+    batch at the end of each of several awaited calls would compress worse, the worse
+    the fewer records it happened to get, and set the estimate for the next call's
+    batches), ``linger_ms`` far longer than the test (no batch is taken before it is
+    full but the last, at close), and a ``buffer_memory`` of a few batches (the
+    appending waits for the Sender, which closes the batches, so the estimate follows
+    them instead of lagging behind a buffer full of batches sized before anything was
+    learnt).
     """
     if log_dir is None:
         pytest.skip("needs the broker's log files (a one-node broker on this machine)")
@@ -329,9 +339,10 @@ async def test_compressed_batches_approach_batch_size_on_the_wire(
     width = max(map(len, texts))
     values = [t.ljust(width) for t in texts] * 200  # 100,000 records, all one size
     async with Producer(bootstrap_servers=kafka_bootstrap, compression_type=codec,
-                        batch_size=batch_size, batch_max_size=batch_size) as producer:
-        for i in range(0, len(values), 20_000):
-            assert await (await producer.send_many(topic, values[i:i + 20_000])) == 20_000
+                        batch_size=batch_size, batch_max_size=batch_size,
+                        linger_ms=60_000, buffer_memory=512 * 1024,
+                        max_request_size=512 * 1024) as producer:
+        assert await (await producer.send_many(topic, values)) == len(values)
     batches = dump_batches(log_dir, topic)
     check_log_layout(batches, {0: len(values)})
     assert {b.codec for b in batches} == {codec}
@@ -340,7 +351,9 @@ async def test_compressed_batches_approach_batch_size_on_the_wire(
     record_bytes = len(values[0]) + 8
     assert batches[0].count * record_bytes <= batch_size
     assert max(b.size for b in batches) <= batch_size
-    late = batches[-len(batches) // 4:]
+    assert batches[-1].last_offset == len(values) - 1
+    full = batches[:-1]  # the last one was sent at close, however full
+    late = full[-len(full) // 4:]
     by_size = sorted(b.size for b in late)
     assert by_size[len(by_size) * 9 // 10] >= 0.8 * batch_size, by_size
     counts = sorted(b.count for b in late)
@@ -656,4 +669,5 @@ def test_set_compression_is_checked() -> None:
     builder.close()
     with pytest.raises(RuntimeError, match="before the first append"):
         builder.set_compression(3, compress)
+
 
