@@ -17,6 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from aioproducer.devbroker.jars import KafkaLibsError
+from aioproducer.devbroker.jars import java_executable as devbroker_java
 from bench.common import PACED, THROUGHPUT, Measured, RunArgs, Skip, child_main, make_value
 
 MAIN_CLASS = "org.apache.kafka.tools.ProducerPerformance"
@@ -60,11 +62,13 @@ def command(args: RunArgs, payload_file: str | None = None) -> list[str]:
 
 
 def java_executable() -> str:
-    """``$JAVA_HOME/bin/java`` when it exists, else ``java`` from PATH."""
-    home = os.environ.get("JAVA_HOME")
-    if home and os.access(os.path.join(home, "bin", "java"), os.X_OK):
-        return os.path.join(home, "bin", "java")
-    return "java"
+    """``$JAVA_HOME/bin/java`` when it exists, else ``java`` from PATH (the one the local
+    broker runs, ``aioproducer.devbroker.java_executable``); plain ``java`` when there is
+    none, so that starting it fails and the run is skipped."""
+    try:
+        return devbroker_java()
+    except KafkaLibsError:
+        return "java"
 
 
 def _version(libs: str) -> str:

@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from .common import _tail
@@ -41,61 +41,61 @@ def _source_checkout() -> Path | None:
     return root if (root / "pyproject.toml").is_file() else None
 
 
-def cache_dir() -> Path:
-    """Where the Kafka jars are kept (``kafka-<version>/`` under the cache root).
-
-    The root is ``$AIOPRODUCER_CACHE_DIR``, else ``<checkout>/.cache`` in a source
-    checkout, else ``~/.cache/aioproducer``.
-    """
+def cache_root() -> Path:
+    """The cache root: ``$AIOPRODUCER_CACHE_DIR``, else ``<checkout>/.cache`` in a source
+    checkout, else ``~/.cache/aioproducer``."""
     env = os.environ.get("AIOPRODUCER_CACHE_DIR")
     if env:
         root = Path(env).expanduser()
     else:
         checkout = _source_checkout()
         root = checkout / ".cache" if checkout else Path.home() / ".cache" / "aioproducer"
-    return (root / f"kafka-{KAFKA_VERSION}").absolute()
+    return root.absolute()
+
+
+def cache_dir() -> Path:
+    """Where the Kafka jars are kept (``kafka-<version>/`` under ``cache_root()``)."""
+    return cache_root() / f"kafka-{KAFKA_VERSION}"
 
 
 # --------------------------------------------------------------------------------------
 # The jars
 
 
-_POM = f"""<?xml version="1.0" encoding="UTF-8"?>
+Artifact = tuple[str, str, str]
+"""A Maven artifact: (groupId, artifactId, version)."""
+
+_ARTIFACTS: tuple[Artifact, ...] = (
+    ("org.apache.kafka", f"kafka_{SCALA_VERSION}", KAFKA_VERSION),
+    ("org.apache.kafka", "kafka-tools", KAFKA_VERSION),
+    ("org.apache.logging.log4j", "log4j-slf4j2-impl", _LOG4J_VERSION),
+    ("org.apache.logging.log4j", "log4j-core", _LOG4J_VERSION),
+    ("org.slf4j", "slf4j-api", _SLF4J_VERSION),
+)
+
+
+def maven_pom(project: Artifact, dependencies: Sequence[Artifact]) -> str:
+    """The ``pom.xml`` of a project (``packaging pom``) that only depends on
+    ``dependencies``."""
+    group_id, artifact_id, version = project
+    deps = "".join(f"""    <dependency>
+      <groupId>{g}</groupId>
+      <artifactId>{a}</artifactId>
+      <version>{v}</version>
+    </dependency>
+""" for g, a, v in dependencies)
+    return f"""<?xml version="1.0" encoding="UTF-8"?>
 <project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
-  <groupId>aioproducer.devbroker</groupId>
-  <artifactId>kafka-dist</artifactId>
-  <version>{KAFKA_VERSION}</version>
+  <groupId>{group_id}</groupId>
+  <artifactId>{artifact_id}</artifactId>
+  <version>{version}</version>
   <packaging>pom</packaging>
   <dependencies>
-    <dependency>
-      <groupId>org.apache.kafka</groupId>
-      <artifactId>kafka_{SCALA_VERSION}</artifactId>
-      <version>{KAFKA_VERSION}</version>
-    </dependency>
-    <dependency>
-      <groupId>org.apache.kafka</groupId>
-      <artifactId>kafka-tools</artifactId>
-      <version>{KAFKA_VERSION}</version>
-    </dependency>
-    <dependency>
-      <groupId>org.apache.logging.log4j</groupId>
-      <artifactId>log4j-slf4j2-impl</artifactId>
-      <version>{_LOG4J_VERSION}</version>
-    </dependency>
-    <dependency>
-      <groupId>org.apache.logging.log4j</groupId>
-      <artifactId>log4j-core</artifactId>
-      <version>{_LOG4J_VERSION}</version>
-    </dependency>
-    <dependency>
-      <groupId>org.slf4j</groupId>
-      <artifactId>slf4j-api</artifactId>
-      <version>{_SLF4J_VERSION}</version>
-    </dependency>
-  </dependencies>
+{deps}  </dependencies>
 </project>
 """
+
 
 _REQUIRED_JARS = (f"kafka_{SCALA_VERSION}-{KAFKA_VERSION}.jar", f"kafka-tools-{KAFKA_VERSION}.jar")
 
@@ -131,6 +131,66 @@ def _file_lock(path: Path, timeout: float) -> Iterator[None]:
         os.close(fd)
 
 
+def fetch_maven_artifacts(root: Path, artifacts: Sequence[Artifact], *, what: str,
+                          project: Artifact = ("aioproducer", "maven-fetch", "1"),
+                          required: Sequence[str] = (),
+                          keep: Callable[[Path], bool] | None = None,
+                          log_prefix: str = "aioproducer",
+                          timeout: float = _MVN_TIMEOUT) -> list[str]:
+    """Fetch ``artifacts`` and their runtime dependencies from Maven Central with ``mvn``
+    (``dependency:copy-dependencies`` of ``<root>/pom.xml``) into ``<root>/libs``, which
+    is replaced only once the fetch has succeeded; returns the names of its jars.
+
+    ``what`` names the artifacts in messages; ``required`` are jar names that must be
+    among those fetched; ``keep`` (a jar's path -> bool) deletes the jars it refuses
+    before they go to ``libs``. Raises ``KafkaLibsError`` (no ``mvn``, a Maven error, a
+    time-out, a required jar missing). Neither locks ``root`` nor marks ``libs`` complete:
+    the caller does (see ``ensure_kafka_libs``).
+    """
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise KafkaLibsError(
+            f"Maven ('mvn') is needed to fetch {what} and is not on PATH "
+            "(on Debian/Ubuntu: apt-get install maven openjdk-17-jre-headless)")
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "pom.xml").write_text(maven_pom(project, artifacts))
+    libs = root / "libs"
+    partial = root / "libs.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    print(f"{log_prefix}: fetching {what} with Maven into {root} (once)...",
+          file=sys.stderr, flush=True)
+    started = time.monotonic()
+    cmd = [mvn, "-B", "--no-transfer-progress", "-f", str(root / "pom.xml"),
+           "dependency:copy-dependencies", f"-DoutputDirectory={partial}",
+           "-DincludeScope=runtime"]
+    try:
+        done = subprocess.run(cmd, cwd=root, stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired as exc:
+        out = exc.output if isinstance(exc.output, str) else ""
+        raise KafkaLibsError(f"mvn did not finish in {timeout:.0f} s:\n"
+                             f"{_tail(out, 40)}") from None
+    jars = sorted(p.name for p in partial.glob("*.jar")) if partial.is_dir() else []
+    missing = [j for j in required if j not in jars]
+    if done.returncode != 0 or missing:
+        raise KafkaLibsError(
+            f"fetching {what} with Maven failed (exit "
+            f"{done.returncode}{', missing ' + ', '.join(missing) if missing else ''}):\n"
+            f"$ {shlex.join(cmd)}\n{_tail(done.stdout, 40)}")
+    if keep is not None:
+        for jar in partial.glob("*.jar"):
+            if not keep(jar):
+                jar.unlink()
+        jars = sorted(p.name for p in partial.glob("*.jar"))
+    shutil.rmtree(libs, ignore_errors=True)
+    partial.rename(libs)
+    shutil.rmtree(root / "target", ignore_errors=True)
+    print(f"{log_prefix}: fetched {len(jars)} jars in {time.monotonic() - started:.1f} s",
+          file=sys.stderr, flush=True)
+    return jars
+
+
 def ensure_kafka_libs() -> Path:
     """The directory of Kafka's jars (and its dependencies), fetched with ``mvn`` if needed.
 
@@ -145,43 +205,13 @@ def ensure_kafka_libs() -> Path:
     with _file_lock(root / ".lock", _MVN_TIMEOUT + 60):
         if _libs_complete(root):
             return libs
-        mvn = shutil.which("mvn")
-        if mvn is None:
-            raise KafkaLibsError(
-                "Maven ('mvn') is needed to fetch the Apache Kafka jars and is not on PATH "
-                "(on Debian/Ubuntu: apt-get install maven openjdk-17-jre-headless)")
-        (root / "pom.xml").write_text(_POM)
-        partial = root / "libs.partial"
-        shutil.rmtree(partial, ignore_errors=True)
-        print(f"aioproducer: fetching Apache Kafka {KAFKA_VERSION} with Maven into {root} "
-              "(once)...", file=sys.stderr, flush=True)
-        started = time.monotonic()
-        cmd = [mvn, "-B", "--no-transfer-progress", "-f", str(root / "pom.xml"),
-               "dependency:copy-dependencies", f"-DoutputDirectory={partial}",
-               "-DincludeScope=runtime"]
-        try:
-            done = subprocess.run(cmd, cwd=root, stdin=subprocess.DEVNULL,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  text=True, timeout=_MVN_TIMEOUT, check=False)
-        except subprocess.TimeoutExpired as exc:
-            out = exc.output if isinstance(exc.output, str) else ""
-            raise KafkaLibsError(f"mvn did not finish in {_MVN_TIMEOUT:.0f} s:\n"
-                                 f"{_tail(out, 40)}") from None
-        jars = sorted(p.name for p in partial.glob("*.jar")) if partial.is_dir() else []
-        missing = [j for j in _REQUIRED_JARS if j not in jars]
-        if done.returncode != 0 or missing:
-            raise KafkaLibsError(
-                f"fetching Apache Kafka {KAFKA_VERSION} with Maven failed (exit "
-                f"{done.returncode}{', missing ' + ', '.join(missing) if missing else ''}):\n"
-                f"$ {shlex.join(cmd)}\n{_tail(done.stdout, 40)}")
-        shutil.rmtree(libs, ignore_errors=True)
-        partial.rename(libs)
-        shutil.rmtree(root / "target", ignore_errors=True)
+        jars = fetch_maven_artifacts(
+            root, _ARTIFACTS, what=f"Apache Kafka {KAFKA_VERSION}",
+            project=("aioproducer.devbroker", "kafka-dist", KAFKA_VERSION),
+            required=_REQUIRED_JARS)
         tmp = root / (_MARKER + ".tmp")
         tmp.write_text(json.dumps({"version": KAFKA_VERSION, "jars": len(jars)}))
         tmp.replace(root / _MARKER)
-        print(f"aioproducer: fetched {len(jars)} jars in {time.monotonic() - started:.1f} s",
-              file=sys.stderr, flush=True)
     return libs
 
 
