@@ -111,8 +111,6 @@ class ProducerIdManager:
         self.bump_needed = False
         """Transactions: a batch with a sequence failed; the next EndTxn is followed
         by an epoch bump (InitProducerId) that restarts every sequence."""
-        self.local_bumps = 0
-        """Idempotence: how many local epoch bumps were made (for tests and logs)."""
         self._next_attempt = 0.0
         self._failures = 0
         self._in_progress = False
@@ -291,7 +289,6 @@ class ProducerIdManager:
                 continue
             e.epoch += 1
             self.epoch = max(self.epoch, e.epoch)
-            self.local_bumps += 1
             seq = 0
             for b in e.incomplete:
                 b.producer_epoch, b.base_sequence = e.epoch, seq
@@ -315,10 +312,6 @@ class ProducerIdManager:
         except ValueError:
             return
         e.incomplete[i:i + 1] = pieces
-
-    def forget(self, tp: TopicPartition) -> None:
-        self.partitions.pop(tp, None)
-        self.recovering.discard(tp)
 
     @staticmethod
     def _drop(e: PartitionSequences, batch: ProducerBatch) -> None:
