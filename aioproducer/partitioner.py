@@ -4,6 +4,12 @@ The default key hash is murmur2 exactly as the Java client computes it, so a key
 record lands where a Java (or librdkafka ``murmur2_random``) producer puts it.
 Keyless records stick to one partition until a new batch has to be opened for it
 (KIP-480), so batches fill up instead of spraying one record per partition.
+
+The native appender makes this choice for ordinary records (``choose_partition`` in
+``_native/records.pyx``, with the one murmur2-to-partition formula of
+``_native/murmur2.pxd``, which ``murmur2_partition`` exposes). What stays here is
+what native code cannot do: custom partitioners, the xxhash option, choosing and
+moving the sticky partition, and the typed errors of the records it leaves to Python.
 """
 
 from __future__ import annotations

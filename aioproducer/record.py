@@ -1,8 +1,8 @@
 """What ``send()`` hands back: a per-record awaitable backed by its batch's result.
 
 Like Java's ``FutureRecordMetadata`` pointing at one ``ProduceRequestResult`` per
-batch, a :class:`RecordFuture` (compiled, ``_native/records.pyx``) is a small object
-holding (batch, index); the only asyncio future is the batch's. It is an
+batch, a :class:`RecordFuture` (compiled, the asyncio glue ``_native/aio.pyx``) is a
+small object holding (batch, index); the only asyncio future is the batch's. It is an
 asyncio-compatible future (``asyncio.wait``, ``gather``, ``as_completed``, ...):
 awaiting it gives :class:`RecordMetadata` or raises the record's typed error.
 """

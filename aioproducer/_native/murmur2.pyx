@@ -47,31 +47,42 @@ cdef int32_t murmur2_hash(const unsigned char* data, Py_ssize_t n) noexcept nogi
     return <int32_t>h
 
 
-cdef int32_t hash_object(object data) except? -1:
+def murmur2(data) -> int:
+    """Java's ``Utils.murmur2(data)``: a signed 32-bit hash of a bytes-like object."""
     cdef Py_buffer view
     cdef int32_t h
     if PyBytes_CheckExact(data):
         return murmur2_hash(<const unsigned char*>PyBytes_AS_STRING(data),
                             PyBytes_GET_SIZE(data))
-    if not PyObject_CheckBuffer(data):
-        raise TypeError(f"murmur2 needs a bytes-like object, got {type(data).__name__}")
-    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    get_buffer(data, &view)
     h = murmur2_hash(<const unsigned char*>view.buf, view.len)
     PyBuffer_Release(&view)
     return h
 
 
-def murmur2(data) -> int:
-    """Java's ``Utils.murmur2(data)``: a signed 32-bit hash of a bytes-like object."""
-    return hash_object(data)
-
-
-def murmur2_partition(key, Py_ssize_t num_partitions) -> int:
+def murmur2_partition(key, int num_partitions) -> int:
     """The partition Java's default partitioner picks for ``key``.
 
-    ``(murmur2(key) & 0x7fffffff) % num_partitions``; ValueError if
+    ``(murmur2(key) & 0x7fffffff) % num_partitions`` (``murmur2_to_partition`` in
+    murmur2.pxd, the formula the native appender uses too); ValueError if
     ``num_partitions`` is not positive.
     """
+    cdef Py_buffer view
+    cdef int p
     if num_partitions <= 0:
         raise ValueError(f"num_partitions must be positive, got {num_partitions}")
-    return (<Py_ssize_t>(<uint32_t>hash_object(key) & 0x7FFFFFFF)) % num_partitions
+    if PyBytes_CheckExact(key):
+        return murmur2_to_partition(<const unsigned char*>PyBytes_AS_STRING(key),
+                                    PyBytes_GET_SIZE(key), num_partitions)
+    get_buffer(key, &view)
+    p = murmur2_to_partition(<const unsigned char*>view.buf, view.len, num_partitions)
+    PyBuffer_Release(&view)
+    return p
+
+
+cdef int get_buffer(object data, Py_buffer* view) except -1:
+    # A simple (contiguous bytes) buffer of data; TypeError if it has none.
+    if not PyObject_CheckBuffer(data):
+        raise TypeError(f"murmur2 needs a bytes-like object, got {type(data).__name__}")
+    PyObject_GetBuffer(data, view, PyBUF_SIMPLE)
+    return 0

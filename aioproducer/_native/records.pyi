@@ -1,13 +1,17 @@
-"""Per-record hot path: batches, record futures, the appender (compiled: records.pyx)."""
+"""The loop-free core of the per-record hot path (compiled: records.pyx).
 
-import asyncio
-from collections.abc import Callable, Generator
-from contextvars import Context
+Batches' records and outcome, topic routes, the partition choice and the appends;
+nothing here uses asyncio. Its asyncio glue is ``aio`` (aio.pyx).
+"""
+
 from types import TracebackType
-from typing import Any, final
+from typing import TYPE_CHECKING, Any, final
 
 from .batch import BatchBuilder
 from .pool import Block
+
+if TYPE_CHECKING:
+    from .aio import ProducerBatch
 
 @final
 class RecordMetadata:
@@ -33,9 +37,9 @@ class RecordMetadata:
                  serialized_key_size: int, serialized_value_size: int) -> None: ...
     def __hash__(self) -> int: ...
 
-@final
-class ProducerBatch:
-    """One batch for one partition: a builder over a pool block, and its outcome."""
+class CoreBatch:
+    """One batch for one partition: a builder over a pool block, and its outcome
+    (the loop-free part of :class:`aio.ProducerBatch`)."""
 
     topic: str
     partition: int
@@ -53,7 +57,6 @@ class ProducerBatch:
     producer_id: int
     producer_epoch: int
     base_sequence: int
-    waiters: list[asyncio.Future[None]] | None
     def __init__(self, tp: tuple[str, int], block: Block, result: Any, now: float) -> None: ...
     @property
     def error(self) -> BaseException | None:
@@ -81,7 +84,7 @@ class ProducerBatch:
     def children(self) -> list[ProducerBatch] | None:
         """The batches this one's records were moved to (:meth:`set_children`)."""
     @property
-    def parent(self) -> ProducerBatch | None:
+    def parent(self) -> CoreBatch | None:
         """For a child of a split batch: that batch."""
     @property
     def parent_offset(self) -> int:
@@ -102,24 +105,6 @@ class ProducerBatch:
         It is done when ``self.result`` is: complete ``self`` only when
         :meth:`child_done` says so.
         """
-    def child_done(self) -> bool:
-        """The completion contract of split batches.
-
-        After completing a child batch (outcome set, ``result`` set,
-        :meth:`wake_waiters` called: ``RecordAccumulator.complete(child, ...)``), call
-        ``child.child_done()``. It returns True when that call made the last of
-        ``child.parent``'s children done: the caller must then complete
-        ``child.parent`` the same way (its ``result`` set, then its
-        ``wake_waiters()``; its own error may be set to its first failure for
-        code that reads ``batch.error``, records resolve through the children
-        anyway) and then call ``child.parent.child_done()``, which tells in the same
-        way whether the grandparent must be completed (nested splits), and so on up.
-        False when nothing must be completed: a sibling is still pending, the batch
-        has no parent, or this child was already reported. Raises InvalidStateError if
-        the child's ``result`` is not done yet. (If the parent was completed on its
-        own meanwhile, e.g. aborted, True still comes once: completing it again must
-        then be a no-op, as ``RecordAccumulator.complete`` is for a done batch.)
-        """
     def failures(self) -> list[tuple[str, int, BaseException]]:
         """``(topic, partition, error)`` of each distinct error of this batch's records
         so far, in record order: its record errors, then its error if some record has
@@ -129,45 +114,10 @@ class ProducerBatch:
     def first_failure(self) -> tuple[BaseException, TracebackType | None] | None:
         """The first error of :meth:`failures` and the traceback it had when the batch
         recorded it (raise ``error.with_traceback(tb)``), or None."""
-    def waiter(self) -> asyncio.Future[None] | None:
-        """A private future resolved when the batch completes (None if it is done)."""
-    def wake_waiters(self) -> None:
-        """Resolve every waiter (right after ``result`` is set)."""
     @property
     def record_count(self) -> int: ...
     @property
     def closed(self) -> bool: ...
-
-@final
-class RecordFuture:
-    """The result of one ``send()``: an awaitable, asyncio-compatible future of its
-    RecordMetadata (``asyncio.isfuture()`` is true; ``asyncio.wait``, ``gather``,
-    ``as_completed``, ``wait_for``, ``shield``, ``ensure_future`` accept it).
-
-    Done-callbacks are scheduled with ``loop.call_soon(cb, self, context=...)`` once
-    the record is done. ``cancel()`` cancels this handle only: the record is still
-    sent and its batch is unaffected.
-    """
-
-    _asyncio_future_blocking: bool
-    def __init__(self, batch: ProducerBatch, index: int, timestamp: int, key_size: int,
-                 value_size: int) -> None: ...
-    @property
-    def batch(self) -> ProducerBatch: ...
-    def __await__(self) -> Generator[Any, None, RecordMetadata]: ...
-    def done(self) -> bool: ...
-    def cancelled(self) -> bool: ...
-    def result(self) -> RecordMetadata: ...
-    def exception(self) -> BaseException | None: ...
-    def cancel(self, msg: Any | None = None) -> bool: ...
-    def add_done_callback(self, callback: Callable[[RecordFuture], object], *,
-                          context: Context | None = None) -> None: ...
-    def remove_done_callback(self, callback: Callable[[RecordFuture], object]) -> int: ...
-    def get_loop(self) -> asyncio.AbstractEventLoop: ...
-    @property
-    def topic(self) -> str: ...
-    @property
-    def partition(self) -> int: ...
 
 @final
 class TopicRoute:
@@ -177,16 +127,14 @@ class TopicRoute:
     def __init__(self, num_partitions: int) -> None: ...
     def resize(self, num_partitions: int) -> None: ...
 
-@final
-class Appender:
+class CoreAppender:
+    """Routes records to their partition's open batch (the loop-free part of
+    :class:`aio.Appender`)."""
+
     def __init__(self, hash_keys: bool, ignore_keys: bool = False,
                  max_payload: int = -1) -> None: ...
-    def bind(self, loop: asyncio.AbstractEventLoop | None) -> None:
-        """Take records in :meth:`append` only on ``loop`` (None: take none)."""
     def route(self, topic: str) -> TopicRoute | None: ...
     def set_route(self, topic: str, num_partitions: int) -> TopicRoute: ...
-    def append(self, topic: object, value: object, key: object, partition: object,
-               timestamp_ms: object, /) -> RecordFuture | None: ...
     def append_many(self, topic: str, values: list[Any], keys: list[Any] | None, start: int,
                     partition: int | None, timestamp_ms: int | None,
                     touched: list[ProducerBatch]) -> int: ...

@@ -1,0 +1,30 @@
+# The asyncio glue of the native core (records.pxd): everything that knows of an
+# event loop. ProducerBatch adds the private waiter futures to a CoreBatch;
+# RecordFuture is a record's asyncio-compatible future; Appender binds a CoreAppender
+# to the loop whose thread may take records on the native path.
+
+from libc.stdint cimport int32_t, int64_t
+
+from .records cimport CoreAppender, CoreBatch
+
+
+cdef class ProducerBatch(CoreBatch):
+    cdef public list waiters           # private futures of awaiting records, or None
+
+
+cdef class RecordFuture:
+    cdef readonly ProducerBatch batch  # the batch holding the record
+    cdef int64_t timestamp             # CreateTime of the record
+    cdef int32_t index                 # the record's offset delta in the batch
+    cdef int32_t key_size              # serialized key bytes, -1 for null
+    cdef int32_t value_size            # serialized value bytes, -1 for null
+    # All of these are None / 0 for a new future (the append path sets none of them),
+    # and kept small: 64 bytes in all.
+    cdef unsigned char flags           # CANCELLED | HOOKED | BLOCKING (aio.pyx)
+    cdef object callbacks              # None, or a list of (callback, context) not yet run
+    cdef object awaiting               # pending: the private waiter(s) of tasks awaiting
+                                       # it (one, a list, or None); cancelled: cancel(msg)
+
+
+cdef class Appender(CoreAppender):
+    cdef object loop                   # the bound event loop, None when unbound

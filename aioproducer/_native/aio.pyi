@@ -1,0 +1,81 @@
+"""The asyncio glue of the native core (compiled: aio.pyx): the batches' private
+waiter futures, the record futures, and the appender's binding to its event loop."""
+
+import asyncio
+from collections.abc import Callable, Generator
+from contextvars import Context
+from typing import Any, final
+
+from .records import CoreAppender, CoreBatch, RecordMetadata
+
+@final
+class ProducerBatch(CoreBatch):
+    """A batch whose records can be awaited (see :class:`records.CoreBatch`)."""
+
+    waiters: list[asyncio.Future[None]] | None
+    @property
+    def parent(self) -> ProducerBatch | None:
+        """For a child of a split batch: that batch."""
+    def child_done(self) -> bool:
+        """The completion contract of split batches.
+
+        After completing a child batch (outcome set, ``result`` set,
+        :meth:`wake_waiters` called: ``RecordAccumulator.complete(child, ...)``), call
+        ``child.child_done()``. It returns True when that call made the last of
+        ``child.parent``'s children done: the caller must then complete
+        ``child.parent`` the same way (its ``result`` set, then its
+        ``wake_waiters()``; its own error may be set to its first failure for
+        code that reads ``batch.error``, records resolve through the children
+        anyway) and then call ``child.parent.child_done()``, which tells in the same
+        way whether the grandparent must be completed (nested splits), and so on up.
+        False when nothing must be completed: a sibling is still pending, the batch
+        has no parent, or this child was already reported. Raises InvalidStateError if
+        the child's ``result`` is not done yet. (If the parent was completed on its
+        own meanwhile, e.g. aborted, True still comes once: completing it again must
+        then be a no-op, as ``RecordAccumulator.complete`` is for a done batch.)
+        """
+    def waiter(self) -> asyncio.Future[None] | None:
+        """A private future resolved when the batch completes (None if it is done)."""
+    def wake_waiters(self) -> None:
+        """Resolve every waiter (right after ``result`` is set)."""
+
+@final
+class RecordFuture:
+    """The result of one ``send()``: an awaitable, asyncio-compatible future of its
+    RecordMetadata (``asyncio.isfuture()`` is true; ``asyncio.wait``, ``gather``,
+    ``as_completed``, ``wait_for``, ``shield``, ``ensure_future`` accept it).
+
+    Done-callbacks are scheduled with ``loop.call_soon(cb, self, context=...)`` once
+    the record is done. ``cancel()`` cancels this handle only: the record is still
+    sent and its batch is unaffected.
+    """
+
+    _asyncio_future_blocking: bool
+    def __init__(self, batch: ProducerBatch, index: int, timestamp: int, key_size: int,
+                 value_size: int) -> None: ...
+    @property
+    def batch(self) -> ProducerBatch: ...
+    def __await__(self) -> Generator[Any, None, RecordMetadata]: ...
+    def done(self) -> bool: ...
+    def cancelled(self) -> bool: ...
+    def result(self) -> RecordMetadata: ...
+    def exception(self) -> BaseException | None: ...
+    def cancel(self, msg: Any | None = None) -> bool: ...
+    def add_done_callback(self, callback: Callable[[RecordFuture], object], *,
+                          context: Context | None = None) -> None: ...
+    def remove_done_callback(self, callback: Callable[[RecordFuture], object]) -> int: ...
+    def get_loop(self) -> asyncio.AbstractEventLoop: ...
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+
+@final
+class Appender(CoreAppender):
+    """Routes records to their partition's open batch; :meth:`append` only in the
+    thread of the bound event loop, while it runs."""
+
+    def bind(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        """Take records in :meth:`append` only on ``loop`` (None: take none)."""
+    def append(self, topic: object, value: object, key: object, partition: object,
+               timestamp_ms: object, /) -> RecordFuture | None: ...

@@ -1,0 +1,350 @@
+# cython: language_level=3
+"""The asyncio glue of the native core: what knows of an event loop.
+
+The core (``records.pyx``) routes and appends records and keeps each batch's
+outcome without asyncio. Here:
+
+- :class:`ProducerBatch` (a :class:`records.CoreBatch`) creates and resolves the
+  private waiter futures that awaiting records wait on, and checks the split
+  batches' completion contract (``child_done``);
+- :class:`RecordFuture`, a record's asyncio-compatible future (done-callbacks
+  scheduled on the batch's loop);
+- :class:`Appender` (a :class:`records.CoreAppender`) binds the native append path
+  to one event loop, checked on each record through the thread's async-generator
+  hooks (``running_here``), and makes the RecordFuture of each record it appends.
+"""
+
+cimport cython
+from cpython.bytes cimport PyBytes_GET_SIZE
+from cpython.method cimport PyMethod_Check, PyMethod_GET_SELF
+from cpython.ref cimport PyObject
+from libc.stdint cimport int32_t, int64_t
+
+from .records cimport CoreAppender, CoreBatch, RecordMetadata
+
+from asyncio import CancelledError, InvalidStateError
+from contextvars import copy_context
+
+
+cdef extern from "Python.h":
+    # Only the field read here; the rest of the struct stays opaque.
+    ctypedef struct PyThreadState:
+        PyObject* async_gen_firstiter
+    PyThreadState* PyThreadState_Get()
+
+
+cdef inline bint running_here(object loop) noexcept:
+    # Whether ``loop`` is the loop running in this thread. A running asyncio (or
+    # uvloop) loop installs its own bound method as this thread's async-generator
+    # "firstiter" hook for as long as it runs, and one loop at a time runs in a
+    # thread: reading it costs a few instructions, where asyncio.get_running_loop()
+    # makes a getpid() system call. Anything else (another loop, none, hooks replaced
+    # by the application) answers False, and the caller takes the exact path.
+    cdef PyObject* hook = PyThreadState_Get().async_gen_firstiter
+    return (hook != NULL and PyMethod_Check(<object>hook)
+            and PyMethod_GET_SELF(<object>hook) == <PyObject*>loop)
+
+
+cdef class ProducerBatch(CoreBatch):
+    """A :class:`records.CoreBatch` whose records can be awaited: ``waiter()`` gives a
+    private future of the batch's loop, ``wake_waiters()`` resolves them all."""
+
+    def child_done(self):
+        """Call it on a child batch right after completing it (its ``result`` set and
+        its waiters woken). True when this call made the last of its parent's children
+        done: the caller must then complete ``self.parent`` (set its outcome and
+        ``result``, :meth:`wake_waiters`) and call ``child_done()`` on the parent in
+        turn, since the parent may itself be a child (nested splits). False otherwise,
+        for a batch that has no parent, and for a second call on the same child.
+        """
+        cdef CoreBatch parent = self.parent
+        if parent is None or self.reported:
+            return False
+        if not self.result.done():
+            raise InvalidStateError(f"child_done() on {self!r}, whose result is not set")
+        self.reported = True
+        parent.pending_children -= 1
+        return parent.pending_children == 0
+
+    # -- waiting ---------------------------------------------------------------------
+
+    def waiter(self):
+        """A new future that :meth:`wake_waiters` resolves when the batch completes
+        (None if it is done). Awaiting a private future, a cancelled task cancels only
+        its own, never the batch's ``result`` that all of its records share."""
+        if self.result.done():
+            return None
+        w = self.result.get_loop().create_future()
+        if self.waiters is None:
+            self.waiters = [w]
+        else:
+            self.waiters.append(w)
+        return w
+
+    def wake_waiters(self):
+        """Resolve every waiter now (called right after ``result`` is set): the
+        awaiting tasks resume one loop iteration sooner than through a done-callback
+        of ``result``."""
+        cdef list waiters = self.waiters
+        if waiters is None:
+            return
+        self.waiters = None
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
+
+
+# RecordFuture.flags
+cdef enum:
+    CANCELLED = 1   # cancel() ran while it was pending
+    HOOKED = 2      # its _batch_done hook is on the batch's result future
+    BLOCKING = 4    # _asyncio_future_blocking
+
+
+cdef int schedule_callbacks(RecordFuture fut) except -1:
+    # Schedule the future's callbacks on its batch's loop, and forget them.
+    cdef list cbs = fut.callbacks
+    if cbs is None:
+        return 0
+    fut.callbacks = None
+    loop = fut.batch.result.get_loop()
+    for entry in cbs:
+        loop.call_soon((<tuple>entry)[0], fut, context=(<tuple>entry)[1])
+    return 0
+
+
+# It refers only to its batch (and, while they wait, to the callbacks added to it and
+# the private future of a task awaiting it). A cycle through it (a done-callback that
+# captures it) is broken when the record is done: its callbacks are dropped as they
+# are scheduled, on cancel() and on remove_done_callback(), and every batch is
+# completed (acknowledged, failed, or aborted on close). Keeping one object per record
+# out of the collector's counts makes collections, and their pauses, rarer.
+@cython.no_gc
+@cython.freelist(256)
+cdef class RecordFuture:
+    """The result of one ``send()``: an awaitable future of its RecordMetadata.
+
+    Like Java's ``FutureRecordMetadata``, it is (batch, index): the only asyncio future
+    is the batch's. It has the interface of ``asyncio.Future`` (``asyncio.isfuture()``
+    is true), so ``asyncio.wait``, ``gather``, ``as_completed``, ``wait_for``,
+    ``shield`` and ``ensure_future`` take it as it is:
+
+    - ``done()`` once its batch is completed (a split batch: once all the batches its
+      records moved to are) or it is cancelled. ``result()`` gives the RecordMetadata or
+      raises the record's error, with the traceback the error had when the batch
+      failed (as ``asyncio.Future``); a KIP-467 per-record error wins over the batch's.
+    - Done-callbacks are scheduled with ``loop.call_soon(callback, self,
+      context=context)`` when the record is done (the batch's loop, the context
+      given, or the one current at ``add_done_callback``), and then forgotten.
+    - ``cancel()`` cancels this handle only: ``cancelled()`` is then True,
+      ``result()``/``exception()`` raise CancelledError, its callbacks are scheduled
+      and tasks awaiting it get CancelledError. The record itself is still sent, and
+      its batch and the other records are not affected: like Java, a record cannot be
+      unsent. cancel() of a done future returns False.
+    - ``await`` waits on a private future of the batch: a task cancelled while
+      awaiting it gets CancelledError, and nothing else changes.
+    """
+
+    def __init__(self, ProducerBatch batch, int32_t index, int64_t timestamp,
+                 int32_t key_size, int32_t value_size):
+        self.batch = batch
+        self.index = index
+        self.timestamp = timestamp
+        self.key_size = key_size
+        self.value_size = value_size
+
+    def __await__(self):
+        if not self.flags & CANCELLED:
+            waiter = self.batch.waiter()
+            if waiter is not None:
+                # Known to cancel(), which must wake this task too.
+                if self.awaiting is None:
+                    self.awaiting = waiter
+                elif type(self.awaiting) is list:
+                    self.awaiting.append(waiter)
+                else:
+                    self.awaiting = [self.awaiting, waiter]
+                try:
+                    yield from waiter
+                finally:
+                    if self.flags & CANCELLED:
+                        pass  # cancel() took the waiters (awaiting is its message now)
+                    elif self.awaiting is waiter:
+                        self.awaiting = None
+                    elif type(self.awaiting) is list and waiter in <list>self.awaiting:
+                        (<list>self.awaiting).remove(waiter)
+        return self.result()
+
+    def done(self):
+        """True once the record is acknowledged or failed, or this handle cancelled."""
+        return bool(self.flags & CANCELLED) or self.batch.result.done()
+
+    def cancelled(self):
+        """True if :meth:`cancel` cancelled this handle (the record is still sent)."""
+        return bool(self.flags & CANCELLED)
+
+    def result(self):
+        """The RecordMetadata. Raises the record's error (with the traceback it had when
+        the batch failed), CancelledError if cancelled, InvalidStateError if not done."""
+        if self.flags & CANCELLED:
+            raise self._make_cancelled_error()
+        cdef CoreBatch b = self.batch
+        if not b.result.done():
+            raise InvalidStateError("Result is not set.")
+        cdef int32_t i = self.index
+        if b.children is not None:
+            b = b.descend(&i)
+        err = b.error_for(i)
+        if err is not None:
+            raise err.with_traceback(b.tb_of(err))
+        cdef RecordMetadata meta = RecordMetadata.__new__(RecordMetadata)
+        meta.topic = b.topic
+        meta.partition = b.partition
+        meta.offset = b.base_offset + i if b.base_offset >= 0 else -1
+        meta.timestamp = b.log_append_time if b.log_append_time >= 0 else self.timestamp
+        meta.serialized_key_size = self.key_size
+        meta.serialized_value_size = self.value_size
+        return meta
+
+    def exception(self):
+        """The record's error, None on success. Raises CancelledError if cancelled,
+        InvalidStateError if not done."""
+        if self.flags & CANCELLED:
+            raise self._make_cancelled_error()
+        cdef CoreBatch b = self.batch
+        if not b.result.done():
+            raise InvalidStateError("Exception is not set.")
+        cdef int32_t i = self.index
+        if b.children is not None:
+            b = b.descend(&i)
+        return b.error_for(i)
+
+    def add_done_callback(self, callback, *, context=None):
+        """Schedule ``callback(self)`` with ``loop.call_soon(callback, self,
+        context=context)`` once the record is done (at once if it is done).
+        ``context`` defaults to a copy of the current one. The first callback of a
+        pending future hooks it on its batch's result future (once); a record whose
+        future gets no callback costs nothing here."""
+        if context is None:
+            context = copy_context()
+        if self.callbacks is None:
+            if self.flags & CANCELLED or self.batch.result.done():
+                self.batch.result.get_loop().call_soon(callback, self, context=context)
+                return
+            self.callbacks = [(callback, context)]
+        else:  # pending, or done with its hook still to run: keep the order
+            (<list>self.callbacks).append((callback, context))
+        if not self.flags & HOOKED:
+            self.flags |= HOOKED
+            self.batch.result.add_done_callback(self._batch_done)
+
+    def remove_done_callback(self, callback):
+        """Remove every registration of ``callback`` not yet scheduled; returns how
+        many."""
+        cdef list cbs = self.callbacks
+        if cbs is None:
+            return 0
+        cdef list kept = [entry for entry in cbs if (<tuple>entry)[0] != callback]
+        cdef Py_ssize_t removed = len(cbs) - len(kept)
+        if removed:
+            self.callbacks = kept if kept else None
+        return removed
+
+    def _batch_done(self, _result):
+        # The hook on the batch's result future: schedule the callbacks, forget them.
+        schedule_callbacks(self)
+
+    def cancel(self, msg=None):
+        """Cancel this handle, not the record (see the class docstring). False if it is
+        done already; else True, and its callbacks are scheduled."""
+        if self.flags & CANCELLED or self.batch.result.done():
+            return False
+        self.flags |= CANCELLED
+        awaiting = self.awaiting
+        self.awaiting = msg  # from now on, the message (no task awaits it any more)
+        schedule_callbacks(self)
+        if awaiting is not None:
+            if type(awaiting) is list:
+                for w in <list>awaiting:
+                    w.cancel(msg)
+            else:
+                awaiting.cancel(msg)
+        return True
+
+    def get_loop(self):
+        """The event loop of the record's batch."""
+        return self.batch.result.get_loop()
+
+    def _make_cancelled_error(self):
+        # asyncio.gather() asks a cancelled child for this.
+        msg = self._cancel_message
+        return CancelledError() if msg is None else CancelledError(msg)
+
+    @property
+    def _cancel_message(self):
+        # asyncio.gather() reads it from a cancelled child.
+        return self.awaiting if self.flags & CANCELLED else None
+
+    @property
+    def _asyncio_future_blocking(self):
+        # asyncio.isfuture() is true for a class with this attribute not None. (A task
+        # sets it back to False after a future it awaits yielded itself with True;
+        # this one always yields its private waiter instead.)
+        return bool(self.flags & BLOCKING)
+
+    @_asyncio_future_blocking.setter
+    def _asyncio_future_blocking(self, value):
+        if value:
+            self.flags |= BLOCKING
+        else:
+            self.flags &= <unsigned char>~BLOCKING
+
+    @property
+    def topic(self):
+        return self.batch.topic
+
+    @property
+    def partition(self):
+        return self.batch.partition
+
+    def __repr__(self):
+        state = "pending"
+        if self.flags & CANCELLED:
+            state = "cancelled"
+        elif self.batch.result.done():
+            state = "failed" if self.exception() is not None else "done"
+        return f"<RecordFuture {self.batch.topic}-{self.batch.partition}#{self.index} {state}>"
+
+
+
+cdef class Appender(CoreAppender):
+    """Routes records to their partition's open batch (see :class:`records.CoreAppender`),
+    on the native path only in the thread of the event loop it is bound to."""
+
+    def bind(self, object loop):
+        """Take records (in :meth:`append`) only while ``loop`` runs them, in its own
+        thread; ``None``: take none."""
+        self.loop = loop
+
+    def append(self, object topic, object value, object key, object partition,
+               object timestamp_ms, /):
+        """A RecordFuture, or None when the Python path must take this record.
+
+        Also None unless called on the bound loop, while it runs in this thread.
+        """
+        if self.loop is None or not running_here(self.loop):
+            return None
+        cdef int32_t index
+        cdef int64_t ts
+        cdef CoreBatch batch = self.fast_append(topic, value, key, partition, timestamp_ms,
+                                                &index, &ts)
+        if batch is None:
+            return None
+        cdef RecordFuture fut = RecordFuture.__new__(RecordFuture)  # no argument parsing
+        fut.batch = <ProducerBatch>batch  # routes hold the producer's ProducerBatches
+        fut.index = index
+        fut.timestamp = ts
+        fut.key_size = -1 if key is None else <int32_t>PyBytes_GET_SIZE(key)
+        fut.value_size = -1 if value is None else <int32_t>PyBytes_GET_SIZE(value)
+        return fut
+
