@@ -7,8 +7,8 @@ import logging
 import time
 import warnings
 import weakref
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any, NoReturn
 
 from ._lifecycle import check_loop, raise_not_running
@@ -33,7 +33,8 @@ from .producer_id import ProducerIdManager
 from .record import RecordFuture, RecordMetadata, SendManyResult
 from .sender import Sender
 from .serializers import Header, check_record_size, prepare_record
-from .transactions import GroupMetadata, TransactionManager, TxnState
+from .transaction_state import TxnStateMachine
+from .transactions import GroupMetadata, TransactionManager, TxnState, transaction_block
 
 __all__ = ["Header", "Producer"]
 
@@ -507,28 +508,15 @@ class Producer:
         await self._transactions("send_offsets_to_transaction()").send_offsets(
             offsets, group_metadata)
 
-    @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[Producer]:
+    def transaction(self) -> AbstractAsyncContextManager[Producer]:
         """``async with producer.transaction():`` begins a transaction, commits it when
         the block ends, and aborts it if the block raises (the exception propagates)."""
+        return transaction_block(self, self._begin_block, log)
+
+    def _begin_block(self) -> TxnStateMachine:
         txn = self._transactions("transaction()")
         txn.begin()
-        try:
-            yield self
-        except BaseException:
-            if txn.state in (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR) \
-                    and not self.closed:
-                try:
-                    await self.abort_transaction()
-                except KafkaError as exc:
-                    log.warning("could not abort the transaction: %s", exc)
-            raise
-        try:
-            await self.commit_transaction()
-        except KafkaError:
-            if txn.state is TxnState.ABORTABLE_ERROR:
-                await self.abort_transaction()
-            raise
+        return txn.machine
 
     # -- helpers -----------------------------------------------------------------
 

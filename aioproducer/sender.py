@@ -48,6 +48,7 @@ from .net.protocol import (
     produce_results,
 )
 from .producer_id import ProducerIdManager
+from .transaction_state import FENCED_CODES
 from .transactions import TransactionManager
 
 __all__ = ["Sender"]
@@ -71,9 +72,6 @@ _TOO_LARGE = frozenset({int(ErrorCode.message_too_large), int(ErrorCode.record_l
 # not (yet) by enough replicas.
 _MAYBE_WRITTEN = frozenset({int(ErrorCode.not_enough_replicas_after_append),
                             int(ErrorCode.request_timed_out)})
-# A partition leader saying that a newer producer owns our transactional id.
-_FENCED = frozenset({int(ErrorCode.producer_fenced), int(ErrorCode.invalid_producer_epoch),
-                     int(ErrorCode.transaction_coordinator_fenced)})
 # Produce v12+ belongs to transaction version 2; transactions here use version 1.
 _TXN_PRODUCE_MAX = 11
 
@@ -552,7 +550,7 @@ class Sender:
     def _retry_or_fail(self, b: ProducerBatch, exc: BaseException, now: float) -> None:
         txn = self.txn
         if txn is not None and isinstance(exc, BrokerResponseError) \
-                and int(exc.code) in _FENCED:
+                and int(exc.code) in FENCED_CODES:
             self._fail(b, txn.fenced(int(exc.code), str(exc)), written=False)  # fatal
             return
         retriable = bool(getattr(exc, "retriable", False))
