@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import SASL_MECHANISMS, SECURITY_PROTOCOLS, OAuthToken, TokenProvider
 from ..errors import ConfigError
-from .sasl import OAuthBearer, Plain, SaslMechanism, Scram
 
 if TYPE_CHECKING:
     from ..config import ProducerConfig
@@ -29,11 +28,7 @@ if TYPE_CHECKING:
 __all__ = [
     "SASL_MECHANISMS",
     "SECURITY_PROTOCOLS",
-    "OAuthBearer",
     "OAuthToken",
-    "Plain",
-    "SaslMechanism",
-    "Scram",
     "Secret",
     "Security",
     "TokenProvider",
