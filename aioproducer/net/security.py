@@ -8,8 +8,7 @@
   :class:`~aioproducer.config.ProducerConfig` (loading, and so checking, the TLS
   files).
 
-The SASL mechanisms and the authentication exchange are in :mod:`.sasl`; their
-names are re-exported here for the modules that import them from this one.
+The SASL mechanisms and the authentication exchange are in :mod:`.sasl`.
 """
 
 from __future__ import annotations
