@@ -39,7 +39,7 @@ test: build
 	$(BIN)/python -m pytest -q -ra $(PYTEST_ARGS)
 
 lint: build
-	$(BIN)/ruff check aioproducer tests bench
+	$(BIN)/ruff check aioproducer tests bench fuzz setup.py
 	$(BIN)/mypy
 
 bench: build

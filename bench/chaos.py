@@ -44,7 +44,7 @@ checked (:meth:`ChaosReport.violations`):
   faults themselves (kills, pauses, resets, lost acks) are no such event.  A refused
   poison batch is one: this producer bumps its epoch after a batch the broker refused
   (like Java's idempotent producer, KIP-360;
-  ``tests/test_delivery_faults.py::test_fatal_batch_error_bumps_epoch``), since the
+  ``tests/broker/test_delivery_faults.py::test_fatal_batch_error_bumps_epoch``), since the
   partition's sequence numbers must start again.  The default,
   ``poison_may_bump=False``, allows exactly one request in all: the producer bumps the
   refused batch's partition epoch locally, as Java does, with no InitProducerId.
@@ -60,12 +60,12 @@ checked (:meth:`ChaosReport.violations`):
 
 The fault proxy.  The engine (:func:`run_chaos`) imports nothing from ``tests/``: the
 caller passes the proxy in as ``proxy``, an object with the interface of
-``tests/faultproxy.py``'s ``ProxyCluster`` (``bootstrap``, ``drop_connections()``,
+``tests/support/faultproxy.py``'s ``ProxyCluster`` (``bootstrap``, ``drop_connections()``,
 ``requests(api_key)``, ``clear_faults()``, ``proxy_for_node(node_id)`` whose result
 has ``drop_after_request(api_key, count)`` and ``stats["responses_dropped"]``).
 ``proxies`` (node id -> proxy with ``corrupt_responses``) is used if present, to see
-the InitProducerId responses. ``tests/test_chaos.py`` passes a ``ProxyCluster``.
-The command line imports ``tests.faultproxy`` only when the repository's ``tests``
+the InitProducerId responses. ``tests/broker/test_chaos.py`` passes a ``ProxyCluster``.
+The command line imports ``tests.support.faultproxy`` only when the repository's ``tests``
 directory is importable (run from the repository root); otherwise, or with
 ``--no-proxy``, the producer talks to the brokers directly, the ``reset`` and
 ``drop_acks`` faults are left out of the schedule, and InitProducerId requests are
@@ -1022,10 +1022,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 def _proxy_class() -> Any | None:
     try:
-        from tests.faultproxy import ProxyCluster  # the repository's test proxy
+        from tests.support.faultproxy import ProxyCluster  # the repository's test proxy
     except ImportError as exc:
         print(f"chaos: no fault proxy ({exc}); run from the repository root to use "
-              "tests/faultproxy.py", file=sys.stderr)
+              "tests/support/faultproxy.py", file=sys.stderr)
         return None
     return ProxyCluster
 

@@ -1,14 +1,23 @@
-"""Session fixtures: a real Kafka broker (started once per run) and fresh topics.
+"""What the suite adds to aioproducer's pytest plugin (``aioproducer.testing.plugin``,
+loaded through its ``pytest11`` entry point: ``kafka_bootstrap``, ``kafka_local_broker``,
+``kafka_topic_factory``, ``kafka_topic``, ``producer``, ``mock_producer``).
 
-- ``kafka_bootstrap``: ``$AIOPRODUCER_BOOTSTRAP`` if set, else a one-node local KRaft
-  broker started for the session (``aioproducer.devbroker.LocalKafka``).
-- ``local_kafka``: that ``LocalKafka`` (None when ``$AIOPRODUCER_BOOTSTRAP`` is used).
+- ``local_kafka``, ``topic_factory``: the plugin's ``kafka_local_broker`` and
+  ``kafka_topic_factory`` under the names the tests use.
+- ``log_dir``: the test broker's data directory (``support.log_util``).
 - ``kafka_cluster3``: a three-node local cluster, started only if a test asks for it;
   nodes a test killed are restarted before the next test that uses it.
 - ``secure_kafka``: a one-node local broker in the secured mode (TLS and SASL listeners,
   users, ACLs: ``LocalKafka(..., secure=True)``), started only if a test asks for it.
-- ``topic_factory``: ``make(partitions=1, replication=1, config=None) -> name``; the
-  topics are deleted after the test.
+- Markers: every test that uses a broker fixture (directly or through another fixture)
+  is marked ``broker``, so ``pytest -m "not broker"`` is the quick loop; tests of the
+  three-node cluster are marked ``cluster`` and ``slow``.
+- Every async test runs on asyncio and on uvloop, and fails if anything reaches the
+  loop's exception handler.
+
+The layout: ``tests/unit/`` (no broker), ``tests/broker/`` (a real Kafka),
+``tests/support/`` (the helpers, imported as ``support.<module>``: this directory is on
+``sys.path`` because this conftest is outside any package).
 
 No event-loop fixtures here: pytest-asyncio runs in strict mode (see pyproject.toml).
 """
@@ -24,22 +33,53 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from kafka_util import create_topic, delete_topic
-from log_util import broker_data_dir
+from support.log_util import broker_data_dir
 
 from aioproducer.devbroker import BrokerStartError, KafkaLibsError, LocalKafka
+
+# TRANSITIONAL (remove once the test files still directly in tests/ have moved to
+# tests/unit or tests/broker and import ``support.<module>``): they import the helpers
+# by bare name (``from kafka_util import ...``, ``from log_util import ...``, and
+# test_compression.py ``from test_producer_e2e import gather_chunked``).
+sys.path.append(str(Path(__file__).resolve().parent / "support"))
+import support.delivery_util
+
+sys.modules.setdefault("test_producer_e2e", support.delivery_util)
+# END TRANSITIONAL
 
 TopicFactory = Callable[..., str]
 
 _START_TIMEOUT = float(os.environ.get("AIOPRODUCER_BROKER_START_TIMEOUT", "180"))
 
+# A test that uses one of these fixtures (directly or through another fixture: the
+# fixture closure is in item.fixturenames) needs a real broker.
+BROKER_FIXTURES = frozenset({
+    # aioproducer's plugin
+    "kafka_bootstrap", "kafka_local_broker", "kafka_topic_factory", "kafka_topic",
+    "producer",
+    # this conftest
+    "local_kafka", "topic_factory", "log_dir", "kafka_cluster3", "secure_kafka",
+})
+
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
+        "markers", "broker: needs a real Kafka broker (added from the fixtures a test uses; "
+        "deselect with -m 'not broker' for the quick loop)")
+    config.addinivalue_line(
         "markers", "cluster: uses the three-node local Kafka cluster (kafka_cluster3)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark ``broker`` every test that uses a broker fixture, and ``slow`` (as well as
+    ``cluster``) every test of the three-node cluster."""
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        if names & BROKER_FIXTURES:
+            item.add_marker(pytest.mark.broker)
+        if "kafka_cluster3" in names:
+            item.add_marker(pytest.mark.cluster)
+            item.add_marker(pytest.mark.slow)
 
 
 def _start(cluster: LocalKafka, what: str) -> float:
@@ -52,23 +92,16 @@ def _start(cluster: LocalKafka, what: str) -> float:
 
 
 @pytest.fixture(scope="session")
-def local_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafka | None]:
-    if os.environ.get("AIOPRODUCER_BOOTSTRAP"):
-        yield None
-        return
-    cluster = LocalKafka(tmp_path_factory.mktemp("kafka"), nodes=1)
-    try:
-        _start(cluster, "the local Kafka broker")
-        yield cluster
-    finally:
-        cluster.stop(timeout=30)
+def local_kafka(kafka_local_broker: LocalKafka | None) -> LocalKafka | None:
+    """The plugin's ``kafka_local_broker`` (None when ``$AIOPRODUCER_BOOTSTRAP`` is used)."""
+    return kafka_local_broker
 
 
-@pytest.fixture(scope="session")
-def kafka_bootstrap(local_kafka: LocalKafka | None) -> str:
-    if local_kafka is None:
-        return os.environ["AIOPRODUCER_BOOTSTRAP"]
-    return local_kafka.bootstrap
+@pytest.fixture
+def topic_factory(kafka_topic_factory: TopicFactory) -> TopicFactory:
+    """The plugin's ``kafka_topic_factory``:
+    ``make(partitions=1, *, replication=1, config=None) -> name``."""
+    return kafka_topic_factory
 
 
 @pytest.fixture
@@ -108,25 +141,6 @@ def _heal_kafka_cluster3(request: pytest.FixtureRequest) -> None:
         cluster.ensure_running(timeout=_START_TIMEOUT)
     except (BrokerStartError, RuntimeError) as exc:
         pytest.fail(f"could not bring the three-node cluster back: {exc}", pytrace=False)
-
-
-@pytest.fixture
-def topic_factory(kafka_bootstrap: str) -> Iterator[TopicFactory]:
-    created: list[str] = []
-
-    def make(partitions: int = 1, replication: int = 1,
-             config: dict[str, str] | None = None) -> str:
-        name = create_topic(kafka_bootstrap, partitions=partitions, replication=replication,
-                            config=config)
-        created.append(name)
-        return name
-
-    yield make
-    for name in created:
-        try:
-            delete_topic(kafka_bootstrap, name, timeout=10)
-        except Exception as exc:  # a failed clean-up must not fail the test
-            print(f"topic_factory: could not delete {name}: {exc}", file=sys.stderr)
 
 
 # -- every async test runs on asyncio and on uvloop ------------------------------------

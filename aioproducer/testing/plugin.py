@@ -7,12 +7,16 @@ aioproducer makes them available; ``-p no:aioproducer`` turns the plugin off, an
 twice and stop.) Nothing happens unless a test asks for one of the fixtures:
 
 ``kafka_bootstrap`` (session)
-    ``$AIOPRODUCER_BOOTSTRAP`` if set, else the address of a one-node local KRaft
-    broker (:class:`aioproducer.devbroker.LocalKafka`) started on first use and
-    stopped at the end of the session.
+    ``$AIOPRODUCER_BOOTSTRAP`` if set, else the address of ``kafka_local_broker``.
+``kafka_local_broker`` (session)
+    The one-node local KRaft broker (:class:`aioproducer.devbroker.LocalKafka`)
+    started on first use and stopped at the end of the session, or None when
+    ``$AIOPRODUCER_BOOTSTRAP`` is set (then nothing is started).
 ``kafka_topic_factory``
     ``make(partitions=1, *, replication=1, config=None) -> name``: creates a fresh
-    topic (and waits until every partition has a leader); they are deleted after the test.
+    topic and waits until it is usable (every broker's metadata gives each partition
+    a leader, and each leader answers for its partitions); they are deleted after the
+    test.
 ``kafka_topic``
     A fresh topic for this test: one partition, or what the test's
     ``@pytest.mark.kafka_topic(partitions=3, config={...})`` says.
@@ -49,14 +53,19 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Literal, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 import pytest
+from kio.static.primitive import i8, i32, i64
 
 from ..net.admin import Admin
 from ..net.client import KafkaClient
+from ..net.protocol import build_entity, request_module
 from ..producer import Producer
 from .mock import MockProducer
+
+if TYPE_CHECKING:
+    from ..devbroker import LocalKafka
 
 try:
     import pytest_asyncio
@@ -65,6 +74,7 @@ except ImportError:  # pragma: no cover - the async fixtures then explain what i
 
 __all__ = [
     "kafka_bootstrap",
+    "kafka_local_broker",
     "kafka_topic",
     "kafka_topic_factory",
     "mock_producer",
@@ -117,25 +127,38 @@ def pytest_configure(config: pytest.Config) -> None:
 # -- broker and topics -----------------------------------------------------------------
 
 
+def _bootstrap_from_env() -> str:
+    return os.environ.get("AIOPRODUCER_BOOTSTRAP", "").strip()
+
+
 @pytest.fixture(scope="session")
-def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A Kafka bootstrap address: ``$AIOPRODUCER_BOOTSTRAP``, else a local broker."""
-    address = os.environ.get("AIOPRODUCER_BOOTSTRAP", "").strip()
-    if address:
-        yield address
+def kafka_local_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafka | None]:
+    """The one-node local broker ``kafka_bootstrap`` uses, started on first use; None
+    when ``$AIOPRODUCER_BOOTSTRAP`` is set."""
+    if _bootstrap_from_env():
+        yield None
         return
     from ..devbroker import BrokerStartError, KafkaLibsError, LocalKafka
 
     timeout = float(os.environ.get("AIOPRODUCER_BROKER_START_TIMEOUT", "180"))
     cluster = LocalKafka(tmp_path_factory.mktemp("aioproducer-kafka"), nodes=1)
     try:
-        address = cluster.start(timeout=timeout)
-    except (BrokerStartError, KafkaLibsError) as exc:
-        pytest.fail(f"aioproducer: could not start a local Kafka broker: {exc}", pytrace=False)
-    try:
-        yield address
+        try:
+            cluster.start(timeout=timeout)
+        except (BrokerStartError, KafkaLibsError) as exc:
+            pytest.fail(f"aioproducer: could not start a local Kafka broker: {exc}",
+                        pytrace=False)
+        yield cluster
     finally:
         cluster.stop(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(kafka_local_broker: LocalKafka | None) -> str:
+    """A Kafka bootstrap address: ``$AIOPRODUCER_BOOTSTRAP``, else the local broker's."""
+    if kafka_local_broker is None:
+        return _bootstrap_from_env()
+    return kafka_local_broker.bootstrap
 
 
 @pytest.fixture
@@ -195,22 +218,70 @@ async def _create_topic(bootstrap: str, name: str, partitions: int, replication:
     try:
         await Admin(client).create_topics([(name, partitions, replication, config)],
                                           _ADMIN_TIMEOUT_S, exist_ok=False)
-        # Wait until the metadata gives every partition a leader, so the first send
-        # does not start with a round of "unknown topic" / NOT_LEADER retries.
+        # Wait until the topic is usable, so the first send does not start with a
+        # round of "unknown topic" / NOT_LEADER retries.
         deadline = time.monotonic() + _ADMIN_TIMEOUT_S
-        last = "no metadata yet"
-        while time.monotonic() < deadline:
-            response: Any = await client.fetch_metadata([name])
-            topic = next((t for t in response.topics if str(t.name) == name), None)
-            if topic is not None and int(topic.error_code) == 0 and topic.partitions and \
-                    all(int(p.leader_id) >= 0 for p in topic.partitions):
+        while True:
+            try:
+                last = await _topic_not_ready(client, name, partitions,
+                                              max(0.5, deadline - time.monotonic()))
+            except Exception as exc:  # a node not answering yet: ask again
+                last = f"{type(exc).__name__}: {exc}"
+            if last is None:
                 return
-            last = "no leader yet" if topic is not None else "topic not listed"
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"topic {name!r} not usable after "
+                                   f"{_ADMIN_TIMEOUT_S:.0f} s ({last})")
             await asyncio.sleep(0.05)
-        raise TimeoutError(f"topic {name!r} has no leader for every partition after "
-                           f"{_ADMIN_TIMEOUT_S:.0f} s ({last})")
     finally:
         await client.close()
+
+
+_LIST_OFFSETS_KEY = 2
+_LIST_OFFSETS_VERSIONS = (1, 7)
+_LATEST_TIMESTAMP = -1
+
+
+async def _topic_not_ready(client: KafkaClient, name: str, partitions: int,
+                           timeout_s: float) -> str | None:
+    """None once every broker's metadata has ``name`` with its ``partitions``
+    partitions, each with a leader, and each leader answers a ListOffsets request for
+    its partitions; else what is missing. (Metadata can name a leader a moment before
+    it serves the partition: NOT_LEADER_OR_FOLLOWER until then.)"""
+    response: Any = await client.fetch_metadata([name], timeout_s=timeout_s)
+    client.update_nodes({int(b.node_id): (str(b.host), int(b.port))
+                         for b in response.brokers})
+    leaders: dict[int, list[int]] = {}
+    for node in sorted(client.nodes):  # every broker, not only the one that answered
+        md: Any = await client._metadata_from(node, [name], timeout_s)
+        topic = next((t for t in md.topics if str(t.name) == name), None)
+        if topic is None or int(topic.error_code) != 0:
+            return f"node {node}: topic not listed"
+        if len(topic.partitions) != partitions:
+            return f"node {node}: {len(topic.partitions)} partition(s)"
+        if any(int(p.leader_id) < 0 or int(p.error_code) != 0 for p in topic.partitions):
+            return f"node {node}: a partition has no leader yet"
+        if not leaders:
+            for p in topic.partitions:
+                leaders.setdefault(int(p.leader_id), []).append(int(p.partition_index))
+    for leader, indexes in sorted(leaders.items()):
+        conn = await client.connect(leader, timeout_s)
+        version = conn.version_for(_LIST_OFFSETS_KEY, *_LIST_OFFSETS_VERSIONS)
+        mod = request_module(_LIST_OFFSETS_KEY, version)
+        req = build_entity(
+            mod.ListOffsetsRequest, replica_id=i32(-1), isolation_level=i8(0),
+            topics=(build_entity(mod.ListOffsetsTopic, name=name, partitions=tuple(
+                build_entity(mod.ListOffsetsPartition, partition_index=i32(i),
+                             current_leader_epoch=i32(-1),
+                             timestamp=i64(_LATEST_TIMESTAMP))
+                for i in indexes)),))
+        resp: Any = await conn.request(req)
+        for t in resp.topics:
+            for p in t.partitions:
+                if int(p.error_code) != 0:
+                    return (f"partition {int(p.partition_index)}: leader {leader} answers "
+                            f"error {int(p.error_code)}")
+    return None
 
 
 async def _delete_topics(bootstrap: str, names: list[str]) -> None:

@@ -1,0 +1,75 @@
+"""Hostile bytes from a real broker's connection (the broker half of the fuzz tests,
+``tests/unit/test_fuzz.py``): a malformed Produce response is retried on a new
+connection, and the response frame bound from the config refuses what is bigger."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from support.delivery_util import check, decode, encode, settle
+from support.faultproxy import ProxyCluster
+from support.kafka_util import consume_all
+
+from aioproducer import Producer
+from aioproducer.errors import ConfigError, KafkaError
+
+PRODUCE = 0
+
+
+def _truncated(body: bytes) -> bytes:
+    return body[:-3]
+
+
+def _hostile_count(body: bytes) -> bytes:
+    return b"\xff\xff\xff\xff\x0f" + bytes(16)  # 2**35 - 2 topics
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("corrupt", [_truncated, _hostile_count], ids=["truncated",
+                                                                      "hostile-count"])
+async def test_malformed_produce_response_is_retried(kafka_bootstrap: str,
+                                                     topic_factory: Any, corrupt: Any) -> None:
+    """A Produce response that does not decode closes that connection; the batches it
+    answered are retried on a new one, and (idempotence) written exactly once."""
+    topic = topic_factory(partitions=2)
+    n = 3000
+    async with ProxyCluster.start(kafka_bootstrap) as proxies, \
+            Producer(bootstrap_servers=proxies.bootstrap, linger_ms=2) as producer:
+        await producer.send_and_wait(topic, b"warm-up", partition=0)
+        for proxy in proxies.proxies.values():
+            proxy.corrupt_responses(PRODUCE, corrupt, count=2)
+        futs = [await producer.send(topic, encode(i), key=b"k%d" % (i % 5)) for i in range(n)]
+        results = await settle(futs)
+        corrupted = sum(p.stats["responses_corrupted"] for p in proxies.proxies.values())
+        connections = sum(p.stats["connections"] for p in proxies.proxies.values())
+    consumed = [m for m in consume_all(kafka_bootstrap, topic, n + 1) if m.value != b"warm-up"]
+    outcome = check([b"k%d" % (i % 5) for i in range(n)], results, consumed)
+    print(f"\n{corrupt.__name__}: {corrupted} responses corrupted, {connections} "
+          f"connections: {outcome.line()}")
+    assert corrupted == 2, "the fault was not injected: the test proved nothing"
+    # At least one new connection (two corrupted responses pipelined on one
+    # connection close it once).
+    assert connections >= 2
+    assert outcome.failed == 0 and outcome.lost == 0 and outcome.duplicated == 0
+    assert outcome.out_of_order == 0
+    where = {decode(m.value): (m.partition, m.offset) for m in consumed}
+    assert all(where[i] == (r.partition, r.offset) for i, r in enumerate(results))
+
+
+@pytest.mark.asyncio
+async def test_response_frame_bound_from_the_config(kafka_bootstrap: str, topic_factory: Any,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    """``max_response_bytes`` (librdkafka's ``receive.message.max.bytes``) reaches every
+    connection: a Metadata response bigger than it is refused before it is read, and
+    the send fails typed within ``max_block_ms`` instead of hanging."""
+    topic = topic_factory(partitions=64)  # its Metadata response is a few KiB
+    async with Producer({"bootstrap.servers": kafka_bootstrap,
+                         "receive.message.max.bytes": 1024, "max.block.ms": 2000}) as producer:
+        assert producer.config.max_response_bytes == 1024
+        with pytest.raises(KafkaError) as info:
+            await producer.send(topic, b"v")
+    assert "allowed: 4..1024" in str(info.value), info.value
+    print(f"\nrefused: {type(info.value).__name__}: {info.value}")
+    with pytest.raises(ConfigError, match="max_response_bytes must be >= 1024"):
+        Producer(bootstrap_servers=kafka_bootstrap, max_response_bytes=100)
