@@ -456,6 +456,10 @@ class RecordAccumulator:
             self.ratios.reset(batch.topic, (b.size_in_bytes - BATCH_HEADER_SIZE) / b.records_size)
         with b.view() as view:
             records = list(records_of_batch(view))
+        # Pieces of batch_size, and at most half the refused batch: a batch that
+        # already fit in batch_size is refused again whole, so each split must make
+        # progress (down to one record, which then fails with the broker's error).
+        target = min(self.batch_size, BATCH_HEADER_SIZE + max(1, b.records_size // 2))
         pieces: list[ProducerBatch] = []
         piece: ProducerBatch | None = None
         for ts, key, value, headers in records:
@@ -463,7 +467,7 @@ class RecordAccumulator:
                 continue
             need = BATCH_HEADER_SIZE + record_size_upper_bound(
                 -1 if key is None else len(key), -1 if value is None else len(value), headers)
-            size = max(self.batch_size, need)
+            size = max(target, need)
             if self.codec:
                 size += _codec_slack(size)
             own = BufferPool(size, size)
@@ -472,8 +476,7 @@ class RecordAccumulator:
             self._split_pools[id(block)] = own
             piece = ProducerBatch(batch.tp, block, loop.create_future(), batch.created)
             if self.codec:
-                piece.builder.set_compression(self.codec, self.compressor,
-                                              max(self.batch_size, need))
+                piece.builder.set_compression(self.codec, self.compressor, max(target, need))
             if piece.builder.append(ts, key, value, headers) < 0:
                 raise AssertionError("a record does not fit a split piece sized for it")
             piece.full = True

@@ -25,7 +25,6 @@ No event-loop fixtures here: pytest-asyncio runs in strict mode (see pyproject.t
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -36,16 +35,6 @@ import pytest_asyncio
 from support.log_util import broker_data_dir
 
 from aioproducer.devbroker import BrokerStartError, KafkaLibsError, LocalKafka
-
-# TRANSITIONAL (remove once the test files still directly in tests/ have moved to
-# tests/unit or tests/broker and import ``support.<module>``): they import the helpers
-# by bare name (``from kafka_util import ...``, ``from log_util import ...``, and
-# test_compression.py ``from test_producer_e2e import gather_chunked``).
-sys.path.append(str(Path(__file__).resolve().parent / "support"))
-import support.delivery_util
-
-sys.modules.setdefault("test_producer_e2e", support.delivery_util)
-# END TRANSITIONAL
 
 TopicFactory = Callable[..., str]
 

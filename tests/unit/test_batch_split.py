@@ -114,3 +114,33 @@ def test_split_keeps_order_sequences_and_futures(codec: str) -> None:
         assert not acc.incomplete
     finally:
         loop.close()
+
+
+def test_split_of_a_batch_within_batch_size_makes_progress() -> None:
+    """A batch that already fit in batch_size is refused again whole if split into
+    batch_size pieces: each split halves it instead, so splitting ends with single
+    records (which then fail with the broker's error) and never nests for ever."""
+    loop = asyncio.new_event_loop()
+    try:
+        acc = RecordAccumulator(batch_size=16384, buffer_memory=1 << 20, linger_ms=0,
+                                retry_backoff_ms=10, retry_backoff_max_ms=100,
+                                delivery_timeout_ms=60_000)
+        tp = ("t", 0)
+        block = acc.pool.try_allocate(16384)
+        assert block is not None
+        batch = ProducerBatch(tp, block, loop.create_future(), 0.0)
+        acc.incomplete.add(batch)
+        for i in range(50):
+            assert batch.builder.append(i, None, b"x" * 300, None) >= 0
+        depth = 0
+        while batch.record_count > 1:
+            batch.builder.close()
+            pieces = acc.split(batch, loop)
+            assert len(pieces) >= 2
+            assert max(p.record_count for p in pieces) <= (batch.record_count + 1) // 2 + 1
+            acc.batches[tp].clear()
+            batch = pieces[0]
+            depth += 1
+        assert depth <= 7
+    finally:
+        loop.close()

@@ -26,9 +26,9 @@ from typing import Any
 import cramjam
 import pytest
 from crc32c import crc32c
-from kafka_util import consume_all, partition_offsets
-from log_util import check_log_layout, dump_batches
-from test_producer_e2e import gather_chunked
+from support.delivery_util import gather_chunked
+from support.kafka_util import consume_all, partition_offsets
+from support.log_util import check_log_layout, dump_batches
 
 from aioproducer import ConfigError, Producer
 from aioproducer._native import BATCH_HEADER_SIZE, BatchBuilder, BufferPool

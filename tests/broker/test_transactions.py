@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from kafka_util import consume_all, partition_offsets
+from support.kafka_util import consume_all, partition_offsets
 
 from aioproducer import (
     BrokerResponseError,
@@ -33,7 +33,7 @@ from aioproducer.transactions import TxnState
 
 pytestmark = pytest.mark.asyncio
 
-WORKER = str(Path(__file__).with_name("txn_worker.py"))
+WORKER = str(Path(__file__).resolve().parent.parent / "support" / "txn_worker.py")
 
 
 def txn_id() -> str:

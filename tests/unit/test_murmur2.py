@@ -11,10 +11,10 @@ import pytest
 
 from aioproducer._native import murmur2, murmur2_partition
 
-JAVA_PROGRAM = Path(__file__).parent / "java" / "Murmur2Vectors.java"
+JAVA_PROGRAM = Path(__file__).resolve().parent.parent / "support" / "java" / "Murmur2Vectors.java"
 PARTITION_COUNTS = [1, 2, 3, 7, 12, 100, 1000, 2**31 - 1]
 
-# Computed with kafka-clients 4.3.1 (tests/java/Murmur2Vectors.java).
+# Computed with kafka-clients 4.3.1 (tests/support/java/Murmur2Vectors.java).
 KNOWN = {
     b"": 275646681,
     b"hello": 2132663229,

@@ -22,7 +22,7 @@ import pytest
 from aioproducer._native import Appender, BufferPool, ProducerBatch, RecordFuture, murmur2_partition
 from aioproducer._native.records import CoreAppender, CoreBatch
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BLOCK = 1 << 16
 
 

@@ -58,7 +58,7 @@ from aioproducer.transaction_state import (
 )
 from aioproducer.transactions import TransactionManager, TxnState
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 aio = pytest.mark.asyncio
 
@@ -553,10 +553,10 @@ async def test_code_typed_with_producer_like_runs_with_the_mock() -> None:
 
 
 def test_mypy_accepts_both_as_producer_like() -> None:
-    """``tests/typecheck_protocol.py`` assigns Producer and MockProducer to ProducerLike."""
+    """``tests/support/typecheck_protocol.py`` assigns Producer and MockProducer to ProducerLike."""
     r = subprocess.run(
         [sys.executable, "-m", "mypy", "--strict", "--no-incremental",
-         "tests/typecheck_protocol.py"],
+         "tests/support/typecheck_protocol.py"],
         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "Success" in r.stdout
