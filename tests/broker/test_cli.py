@@ -405,6 +405,7 @@ def test_errors_are_one_line_without_traceback(kafka_bootstrap: str, tmp_path: P
         delete_topic(b, existing)
 
 
+@pytest.mark.slow  # seconds: outside the quick loop (-m 'not broker and not slow')
 def test_broker_subcommand_passes_everything_through(tmp_path: Path) -> None:
     r = subprocess.run([sys.executable, "-m", "aioproducer", "broker", "status", "--dir",
                         str(tmp_path / "none")], capture_output=True, text=True, timeout=60)

@@ -145,6 +145,7 @@ def test_console_consumer_reads_what_was_produced(kafka_bootstrap: str,
     assert done.stdout.splitlines() == [v.decode() for _, v in records]
 
 
+@pytest.mark.slow  # seconds: outside the quick loop (-m 'not broker and not slow')
 def test_run_java_single_file_source() -> None:
     # Test vectors from Kafka's own UtilsTest.testMurmur2.
     cases = {b"21": -973932308, b"foobar": -790332482,

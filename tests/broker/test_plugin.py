@@ -322,6 +322,7 @@ def test_local_broker_is_the_one_kafka_bootstrap_names(kafka_local_broker: Any,
     assert kafka_local_broker.status().running
 
 
+@pytest.mark.slow  # seconds: outside the quick loop (-m 'not broker and not slow')
 def test_no_broker_unless_a_test_asks(pytester: pytest.Pytester,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """Without $AIOPRODUCER_BOOTSTRAP, only a test using kafka_bootstrap starts a broker."""

@@ -552,6 +552,14 @@ class FaultProxy:
             self.stats["connections_dropped"] += 1
         conn.shut(graceful=True)
 
+    async def _intercept(self, conn: _Conn, head: bytes, api_key: int, api_version: int,
+                         corr: int, total: int) -> bytes | None:
+        """A subclass's hook, called with the first bytes of each request (``head``, of
+        a ``total``-byte frame): return the bytes read so far (at least ``head``) to
+        forward the request, or None if it was answered here and must not be
+        forwarded. The base class forwards everything."""
+        return head
+
     async def _pump_requests(self, conn: _Conn) -> None:
         reader = conn.client_reader
         writer = conn.upstream_writer
@@ -562,7 +570,9 @@ class FaultProxy:
             if size < 8:
                 raise ValueError(f"bad request frame size {size}")
             total = size + 4
-            frame = head
+            frame = await self._intercept(conn, head, api_key, api_version, corr, total)
+            if frame is None:
+                continue  # answered here, never forwarded
             expects_response = True
             if api_key == API_PRODUCE:
                 want = 256

@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import datetime
 import importlib
@@ -36,9 +35,6 @@ from .faultproxy import (
     FaultProxy,
     ProxyCluster,
     _Conn,
-    _Pending,
-    _produce_acks,
-    _ShortBuffer,
 )
 
 __all__ = [
@@ -194,59 +190,26 @@ class AnsweringProxy(FaultProxy):
         partitions, without forwarding them to the broker."""
         self._answer = _AnswerRule(error_code, skip, count, only) if count > 0 else None
 
-    async def _pump_requests(self, conn: _Conn) -> None:
-        reader = conn.client_reader
-        writer = conn.upstream_writer
-        assert writer is not None
-        while True:
-            head = await reader.readexactly(_REQ_HEAD.size)
-            size, api_key, api_version, corr = _REQ_HEAD.unpack(head)
-            if size < 8:
-                raise ValueError(f"bad request frame size {size}")
-            total = size + 4
-            rule = self._answer
-            if api_key == API_PRODUCE and rule is not None:
-                # Read the whole request (small in these tests) to decide.
-                frame = head + await reader.readexactly(total - len(head))
+    async def _intercept(self, conn: _Conn, head: bytes, api_key: int, api_version: int,
+                         corr: int, total: int) -> bytes | None:
+        rule = self._answer
+        if api_key != API_PRODUCE or rule is None:
+            return head
+        # Read the whole request (small in these tests) to decide.
+        frame = head + await conn.client_reader.readexactly(total - len(head))
+        version, corr, request = _decode_produce_request(frame)
+        if rule.only is None or rule.only(request):
+            if rule.skip > 0:
+                rule.skip -= 1
+            else:
+                rule.remaining -= 1
+                if rule.remaining <= 0:
+                    self._answer = None
                 self.stats["requests_by_api"][api_key] += 1
                 self._request_seen.set()
-                version, corr, request = _decode_produce_request(frame)
-                if rule.only is None or rule.only(request):
-                    if rule.skip > 0:
-                        rule.skip -= 1
-                    else:
-                        rule.remaining -= 1
-                        if rule.remaining <= 0:
-                            self._answer = None
-                        await self._answer_now(conn, version, corr, request, rule.error_code)
-                        continue
-                await self._flow()
-                conn.pending.append(_Pending(corr, api_key, api_version, False))
-                writer.write(frame)
-                await writer.drain()
-                continue
-            # Anything else: forward as FaultProxy does (no other faults used here).
-            frame = head
-            expects_response = True
-            if api_key == API_PRODUCE:
-                frame += await reader.readexactly(total - len(frame))
-                with contextlib.suppress(_ShortBuffer, ValueError):
-                    expects_response = _produce_acks(frame, api_version) != 0
-            self.stats["requests_by_api"][api_key] += 1
-            self._request_seen.set()
-            await self._flow()
-            if expects_response:
-                conn.pending.append(_Pending(corr, api_key, api_version, False))
-            writer.write(frame)
-            remaining = total - len(frame)
-            while remaining:
-                chunk = await reader.read(min(remaining, 256 * 1024))
-                if not chunk:
-                    raise asyncio.IncompleteReadError(b"", remaining)
-                remaining -= len(chunk)
-                writer.write(chunk)
-                await writer.drain()
-            await writer.drain()
+                await self._answer_now(conn, version, corr, request, rule.error_code)
+                return None
+        return frame
 
     async def _answer_now(self, conn: _Conn, version: int, corr: int, request: Any,
                           error_code: int) -> None:

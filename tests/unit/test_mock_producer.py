@@ -552,6 +552,7 @@ async def test_code_typed_with_producer_like_runs_with_the_mock() -> None:
         assert await publish(mp, [b"a", b"b"]) == [0, 1]
 
 
+@pytest.mark.slow  # seconds: outside the quick loop (-m 'not broker and not slow')
 def test_mypy_accepts_both_as_producer_like() -> None:
     """``tests/support/typecheck_protocol.py`` assigns Producer and MockProducer to ProducerLike."""
     r = subprocess.run(

@@ -52,6 +52,7 @@ def test_errors() -> None:
             murmur2_partition(b"k", n)
 
 
+@pytest.mark.slow  # seconds: outside the quick loop (-m 'not broker and not slow')
 def test_matches_the_java_client() -> None:
     java = shutil.which("java")
     if java is None:

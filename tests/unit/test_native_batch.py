@@ -479,6 +479,7 @@ def record_st(draw: st.DrawFn, capacity: int, remaining: int) -> tuple[
     return ts, field(), field(), headers
 
 
+@pytest.mark.slow  # seconds: outside the quick loop (-m 'not broker and not slow')
 @settings(max_examples=250, deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(data=st.data(), capacity=st.integers(BATCH_HEADER_SIZE + 1, 700))
