@@ -9,10 +9,11 @@ for a newer version. Refreshes are requested by the Sender (unknown leaders,
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,12 +92,30 @@ class Cluster:
         """``newer`` answered only for ``requested`` topics: keep the others we knew."""
         asked = set(requested)
         topics = {n: t for n, t in self.topics.items() if n not in asked}
-        topics.update(newer.topics)
         errors = {n: e for n, e in self.topic_errors.items() if n not in asked}
         errors.update(newer.topic_errors)
         leaders = {tp: n for tp, n in self.leaders.items() if tp[0] not in asked}
         leaders.update(newer.leaders)
+        for name, info in newer.topics.items():
+            old = self.topics.get(name)
+            topics[name] = info if old is None else _keep_newer_epochs(
+                old, info, newer.nodes, leaders)
         return Cluster(dict(newer.nodes), topics, errors, leaders, _ids(topics))
+
+    def with_leader(self, topic: str, partition: int, leader: int, epoch: int,
+                    nodes: Mapping[int, tuple[str, int]]) -> Cluster:
+        """A copy where ``topic``-``partition`` is led by ``leader`` at ``epoch``,
+        with ``nodes`` added to (or replacing addresses in) the node map."""
+        merged = {**self.nodes, **nodes}
+        info = self.topics[topic]
+        parts = tuple(dataclasses.replace(p, leader=leader, leader_epoch=epoch)
+                      if p.partition == partition else p for p in info.partitions)
+        available = tuple(p.partition for p in parts if p.leader >= 0 and p.leader in merged)
+        topics = dict(self.topics)
+        topics[topic] = dataclasses.replace(info, partitions=parts, available=available)
+        leaders = dict(self.leaders)
+        leaders[(topic, partition)] = leader
+        return Cluster(merged, topics, dict(self.topic_errors), leaders, dict(self.names_by_id))
 
     def leader_for(self, topic: str, partition: int) -> int | None:
         return self.leaders.get((topic, partition))
@@ -104,6 +123,39 @@ class Cluster:
     def partition_count(self, topic: str) -> int | None:
         info = self.topics.get(topic)
         return len(info.partitions) if info is not None else None
+
+
+def _keep_newer_epochs(old: TopicInfo, new: TopicInfo, nodes: Mapping[int, tuple[str, int]],
+                       leaders: dict[tuple[str, int], int]) -> TopicInfo:
+    """KIP-320: a partition never goes back to an older leader epoch. Where ``new``
+    (an answer from a broker that has not caught up) has an older epoch than ``old``,
+    keep the old partition (and update ``leaders`` to match). A leader kept that way
+    but absent from ``nodes`` counts as unknown, so metadata is asked for again.
+    A topic id that changed (the topic was re-created) resets the epochs."""
+    if old.topic_id is not None and new.topic_id is not None and old.topic_id != new.topic_id:
+        return new
+    before = {p.partition: p for p in old.partitions}
+    parts: list[PartitionInfo] = []
+    kept = False
+    for p in new.partitions:
+        o = before.get(p.partition)
+        if o is not None and 0 <= p.leader_epoch < o.leader_epoch:
+            log.debug("%s-%d: metadata with leader epoch %d (leader %d) is older than the "
+                      "known epoch %d (leader %d): kept the known leader", new.name,
+                      p.partition, p.leader_epoch, p.leader, o.leader_epoch, o.leader)
+            kept = True
+            tp = (new.name, p.partition)
+            if o.leader >= 0 and o.leader in nodes:
+                leaders[tp] = o.leader
+            else:
+                leaders.pop(tp, None)
+            parts.append(o)
+        else:
+            parts.append(p)
+    if not kept:
+        return new
+    available = tuple(p.partition for p in parts if p.leader >= 0 and p.leader in nodes)
+    return TopicInfo(new.name, tuple(parts), new.topic_id, available)
 
 
 def _ids(topics: dict[str, TopicInfo]) -> dict[uuid.UUID, str]:
@@ -249,6 +301,28 @@ class Metadata:
         if any(t not in self.cluster.topics for t in requested):
             self._need_update = True
         self._wake_waiters()
+
+    def apply_leader_hint(self, topic: str, partition: int, leader: int, epoch: int,
+                          endpoints: Mapping[int, tuple[str, int]]) -> bool:
+        """KIP-951: a Produce answer (NOT_LEADER_OR_FOLLOWER) named the partition's new
+        leader and epoch, and ``endpoints`` the addresses of such leaders. Move the
+        leader in the snapshot without a metadata round trip if the hint is complete,
+        its epoch newer than the one known, the partition known and the leader's
+        address known (from ``endpoints`` or the snapshot). True if applied."""
+        cluster = self.cluster
+        info = cluster.topics.get(topic)
+        if leader < 0 or epoch < 0 or info is None:
+            return False
+        current = next((p for p in info.partitions if p.partition == partition), None)
+        if current is None or (current.leader_epoch >= 0 and epoch <= current.leader_epoch):
+            return False
+        if leader not in endpoints and leader not in cluster.nodes:
+            return False
+        self.cluster = cluster.with_leader(topic, partition, leader, epoch, endpoints)
+        self.version += 1
+        log.info("%s-%d: leader %d (epoch %d) from a produce response, was %d (epoch %d)",
+                 topic, partition, leader, epoch, current.leader, current.leader_epoch)
+        return True
 
     def fail_waiters(self, exc: KafkaError) -> None:
         """A fatal error (e.g. producer closed): every metadata wait raises it."""
