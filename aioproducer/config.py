@@ -94,6 +94,13 @@ class ProducerConfig:
     """``max.in.flight.requests.per.connection``"""
     metadata_max_age_ms: int = 300000
     """``metadata.max.age.ms``"""
+    metadata_recovery_strategy: str = "rebootstrap"
+    """``metadata.recovery.strategy`` (KIP-899): ``"rebootstrap"`` goes back to
+    ``bootstrap_servers`` when no known broker answers (see the trigger below) or a
+    broker answers REBOOTSTRAP_REQUIRED; ``"none"`` never does."""
+    metadata_recovery_rebootstrap_trigger_ms: int = 300000
+    """``metadata.recovery.rebootstrap.trigger.ms`` (KIP-1102): how long no known
+    broker may answer before the producer rebootstraps."""
     reconnect_backoff_ms: int = 50
     """``reconnect.backoff.ms``"""
     reconnect_backoff_max_ms: int = 1000
@@ -192,6 +199,7 @@ class ProducerConfig:
             "max_in_flight_requests_per_connection": 1, "metadata_max_age_ms": 0,
             "reconnect_backoff_ms": 0, "reconnect_backoff_max_ms": 0,
             "socket_connection_setup_timeout_ms": 1, "transaction_timeout_ms": 1,
+            "metadata_recovery_rebootstrap_trigger_ms": 0,
             "max_response_bytes": 1024,
         }
         for name, minimum in ints.items():
@@ -206,6 +214,9 @@ class ProducerConfig:
             raise ConfigError("bootstrap_servers is empty; give at least one 'host:port'")
         if not isinstance(self.client_id, str):
             raise ConfigError("client_id must be a str")
+        if self.metadata_recovery_strategy not in ("rebootstrap", "none"):
+            raise ConfigError("metadata_recovery_strategy must be 'rebootstrap' or 'none', "
+                              f"got {self.metadata_recovery_strategy!r}")
         if self.compression_type not in _COMPRESSION:
             raise ConfigError(
                 f"compression_type {self.compression_type!r} is not supported; "
