@@ -101,6 +101,9 @@ class ProducerConfig:
     metadata_recovery_rebootstrap_trigger_ms: int = 300000
     """``metadata.recovery.rebootstrap.trigger.ms`` (KIP-1102): how long no known
     broker may answer before the producer rebootstraps."""
+    metadata_max_idle_ms: int = 300000
+    """``metadata.max.idle.ms``: a topic not sent to for this long (and with nothing
+    buffered or in flight) leaves the producer's metadata and per-topic state."""
     reconnect_backoff_ms: int = 50
     """``reconnect.backoff.ms``"""
     reconnect_backoff_max_ms: int = 1000
@@ -197,6 +200,7 @@ class ProducerConfig:
             "max_request_size": 1, "request_timeout_ms": 1, "delivery_timeout_ms": 1,
             "retries": 0, "retry_backoff_ms": 0, "retry_backoff_max_ms": 0,
             "max_in_flight_requests_per_connection": 1, "metadata_max_age_ms": 0,
+            "metadata_max_idle_ms": 1,
             "reconnect_backoff_ms": 0, "reconnect_backoff_max_ms": 0,
             "socket_connection_setup_timeout_ms": 1, "transaction_timeout_ms": 1,
             "metadata_recovery_rebootstrap_trigger_ms": 0,

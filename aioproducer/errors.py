@@ -21,6 +21,7 @@ __all__ = [
     "IllegalStateError",
     "InvalidProducerEpochError",
     "InvalidRecordError",
+    "InvalidTopicError",
     "KafkaConnectionError",
     "KafkaError",
     "KafkaTimeoutError",
@@ -39,6 +40,7 @@ __all__ = [
     "TransactionAbortableError",
     "TransactionAbortedError",
     "TransactionalIdAuthorizationError",
+    "UnknownPartitionError",
     "UnknownProducerIdError",
     "UnknownTopicError",
     "UnknownTopicOrPartitionError",
@@ -127,6 +129,12 @@ class PartitionError(KafkaError, ValueError):
     """An explicit partition does not exist for the topic."""
 
 
+class UnknownPartitionError(KafkaTimeoutError, PartitionError):
+    """An explicit partition beyond the topic's partition count: metadata was
+    refreshed and the partition did not appear within ``max_block_ms`` (the message
+    names the count). Also a :class:`PartitionError`."""
+
+
 class BrokerResponseError(KafkaError):
     """An error code returned by a broker.
 
@@ -154,6 +162,15 @@ class UnknownTopicOrPartitionError(BrokerResponseError):
     """The broker does not host this topic-partition."""
 
     code = ErrorCode.unknown_topic_or_partition
+
+
+class InvalidTopicError(BrokerResponseError, ValueError):
+    """The topic name is not legal in Kafka (empty, ``.`` or ``..``, longer than 249
+    characters, or characters other than ASCII letters, digits, ``.``, ``_`` and
+    ``-``), or the broker answered INVALID_TOPIC_EXCEPTION. Raised at once, never
+    retried."""
+
+    code = ErrorCode.invalid_topic_exception
 
 
 class MessageTooLargeError(BrokerResponseError):
@@ -245,6 +262,7 @@ _BY_CODE: dict[int, type[BrokerResponseError]] = {
     for cls in (
         NotLeaderOrFollowerError,
         UnknownTopicOrPartitionError,
+        InvalidTopicError,
         MessageTooLargeError,
         TopicAuthorizationError,
         ClusterAuthorizationError,
