@@ -114,6 +114,8 @@ class Producer:
             reconnect_backoff_ms=c.reconnect_backoff_ms,
             reconnect_backoff_max_ms=c.reconnect_backoff_max_ms,
             max_response_bytes=c.max_response_bytes, security=self._security,
+            metadata_recovery_strategy=c.metadata_recovery_strategy,
+            metadata_recovery_rebootstrap_trigger_ms=c.metadata_recovery_rebootstrap_trigger_ms,
         )
         self._client = client
         try:

@@ -86,6 +86,7 @@ DESCRIBE_CONFIGS_KEY: Final = 32
 _DESCRIBE_CONFIGS_VERSIONS: Final = (1, 4)
 _TOPIC_RESOURCE: Final = 2
 _METADATA_VERSIONS: Final = (1, 12)
+_REBOOTSTRAP_REQUIRED: Final = 129
 _JITTER: Final = 0.2
 
 
@@ -142,6 +143,8 @@ class _NodeState:
     """``time.monotonic()`` before which no new connection attempt is made."""
     last_error: BaseException | None = None
     task: asyncio.Task[None] | None = None
+    throttle_until: float = 0.0
+    """KIP-219: ``time.monotonic()`` before which nothing is sent to the node."""
 
 
 class KafkaClient:
@@ -152,8 +155,18 @@ class KafkaClient:
                  connect_timeout_ms: int = 10000, reconnect_backoff_ms: int = 50,
                  reconnect_backoff_max_ms: int = 1000,
                  max_response_bytes: int = 100 * 1024 * 1024,
-                 security: Security | None = None) -> None:
+                 security: Security | None = None,
+                 metadata_recovery_strategy: str = "rebootstrap",
+                 metadata_recovery_rebootstrap_trigger_ms: int = 300000) -> None:
+        if metadata_recovery_strategy not in ("rebootstrap", "none"):
+            raise ConfigError("metadata_recovery_strategy must be 'rebootstrap' or 'none', "
+                              f"got {metadata_recovery_strategy!r}")
         self.security = security
+        self.metadata_recovery_strategy = metadata_recovery_strategy
+        self.rebootstrap_trigger_s = metadata_recovery_rebootstrap_trigger_ms / 1000.0
+        self.rebootstraps = 0
+        """How many times the client went back to the bootstrap servers."""
+        self._unreachable_since: float | None = None
         self.max_response_bytes = max_response_bytes
         self.bootstrap_servers = parse_bootstrap_servers(bootstrap_servers)
         self.client_id = client_id
@@ -257,11 +270,88 @@ class KafkaClient:
         Must be called from inside the event loop.
         """
         if self.connection(node_id) is not None:
-            return True
+            st = self._states.get(node_id)
+            return st is None or st.throttle_until <= time.monotonic()
         if self._closed:
             return False
         self._start_connect(node_id)
         return False
+
+    # -- quotas (KIP-219) ----------------------------------------------------------------
+
+    def throttle(self, node_id: int, throttle_ms: float) -> None:
+        """A response from ``node_id`` said the broker throttled us for
+        ``throttle_ms``: :meth:`ready` is False for the node until then (Java mutes the
+        node the same way), and ``on_ready_change`` is called when the time is over."""
+        if throttle_ms <= 0 or self._closed:
+            return
+        st = self._state(node_id)
+        until = time.monotonic() + throttle_ms / 1000.0
+        if until <= st.throttle_until:
+            return
+        st.throttle_until = until
+        log.debug("%s throttled us for %.0f ms", self._describe(node_id), throttle_ms)
+        asyncio.get_running_loop().call_later(throttle_ms / 1000.0, self._notify)
+
+    def throttle_remaining(self, node_id: int) -> float:
+        """Seconds until ``node_id`` may be sent to again after a throttle (0 if now)."""
+        st = self._states.get(node_id)
+        if st is None:
+            return 0.0
+        return max(0.0, st.throttle_until - time.monotonic())
+
+    # -- leader hints (KIP-951) and rebootstrap (KIP-899, KIP-1102) ------------------------
+
+    def add_nodes(self, nodes: Mapping[int, tuple[str, int]]) -> None:
+        """Add nodes (or new addresses of known nodes) to the node map, e.g. the
+        leader endpoints of a Produce response, without waiting for metadata."""
+        if self._closed:
+            return
+        for nid, (host, port) in nodes.items():
+            addr = (str(host), int(port))
+            if self._nodes.get(nid) == addr:
+                continue
+            conn = self._conns.get(nid)
+            if conn is not None and (conn.host, conn.port) != addr:
+                del self._conns[nid]
+                self._close_conn(conn, "the node moved to a new address")
+            self._nodes[int(nid)] = addr
+
+    def rebootstrap(self, reason: str) -> None:
+        """Forget the brokers of the metadata and go back to ``bootstrap_servers``
+        (host names are resolved again at each connection attempt). Connections to
+        known brokers stay until the next metadata replaces the node map."""
+        self.rebootstraps += 1
+        log.warning("rebootstrapping from %s: %s", ", ".join(
+            f"{h}:{p}" for h, p in self.bootstrap_servers), reason)
+        self._nodes = dict(self._bootstrap_nodes)
+        for nid in self._bootstrap_nodes:
+            st = self._states.get(nid)
+            if st is not None:
+                st.failures = 0
+                st.next_attempt = 0.0
+        self._bootstrap_next = 0
+        self._unreachable_since = None
+
+    def check_rebootstrap_required(self, response: Any) -> None:
+        """Raise :class:`KafkaConnectionError` if ``response`` carries the top-level
+        REBOOTSTRAP_REQUIRED error code (KIP-1102), after rebootstrapping unless the
+        strategy is ``"none"``."""
+        if int(getattr(response, "error_code", 0) or 0) != _REBOOTSTRAP_REQUIRED:
+            return
+        if self.metadata_recovery_strategy == "rebootstrap":
+            self.rebootstrap("a broker answered REBOOTSTRAP_REQUIRED")
+        raise KafkaConnectionError("the broker answered REBOOTSTRAP_REQUIRED")
+
+    def _maybe_rebootstrap(self, now: float) -> None:
+        since = self._unreachable_since
+        if since is None or self.metadata_recovery_strategy != "rebootstrap":
+            return
+        if now - since >= self.rebootstrap_trigger_s and not all(
+                nid < 0 for nid in self._nodes):
+            self.rebootstrap(f"no known broker answered for {now - since:.3g} s "
+                             f"(metadata_recovery_rebootstrap_trigger_ms="
+                             f"{self.rebootstrap_trigger_s * 1000:.0f})")
 
     async def connect(self, node_id: int, timeout_s: float) -> BrokerConnection:
         """The connection to ``node_id``, connecting (once) if needed.
@@ -414,7 +504,9 @@ class KafkaClient:
                            allow_auto_topic_creation=False,
                            include_cluster_authorized_operations=False,
                            include_topic_authorized_operations=False)
-        return await conn.request(req, _METADATA_TYPES[version])
+        response = await conn.request(req, _METADATA_TYPES[version])
+        self.check_rebootstrap_required(response)
+        return response
 
     # -- topic configuration -------------------------------------------------------------
 
@@ -625,15 +717,22 @@ class KafkaClient:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 break
+            self._maybe_rebootstrap(time.monotonic())
             node = self.least_loaded_node()
             if node is None:
+                if self._unreachable_since is None:
+                    self._unreachable_since = time.monotonic()
                 waits = [self.backoff_remaining(n) for n in self._nodes]
                 wait = min(waits) if waits else remaining
                 await asyncio.sleep(min(max(wait, 0.001), remaining))
                 continue
             try:
-                return await self._with_timeout(op(node, remaining), remaining)
+                result = await self._with_timeout(op(node, remaining), remaining)
+                self._unreachable_since = None
+                return result
             except (KafkaConnectionError, RequestTimedOutError, ProtocolError) as exc:
+                if self._unreachable_since is None:
+                    self._unreachable_since = time.monotonic()
                 errors[node] = exc
                 log.debug("%s via %s failed: %s", what, self._describe(node), exc)
                 if on_error is not None:
