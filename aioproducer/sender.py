@@ -72,8 +72,7 @@ _TOO_LARGE = frozenset({int(ErrorCode.message_too_large), int(ErrorCode.record_l
 # not (yet) by enough replicas.
 _MAYBE_WRITTEN = frozenset({int(ErrorCode.not_enough_replicas_after_append),
                             int(ErrorCode.request_timed_out)})
-# Produce v12+ belongs to transaction version 2; transactions here use version 1.
-_TXN_PRODUCE_MAX = 11
+# Produce v12+ belongs to transaction version 2 (TransactionManager.produce_max_version).
 
 
 class Sender:
@@ -348,8 +347,8 @@ class Sender:
                 self.acc.reenqueue(b, now)
             return
         try:
-            version = conn.version_for(_PRODUCE, 9,
-                                       13 if self.txn is None else _TXN_PRODUCE_MAX)
+            version = conn.version_for(_PRODUCE, 9, 13 if self.txn is None
+                                       else self.txn.produce_max_version)
         except UnsupportedVersionError as exc:
             for b in batches:
                 self._fail(b, exc, written=False)

@@ -32,12 +32,14 @@ from kio.schema.errors import ErrorCode
 
 from .errors import (
     BrokerResponseError,
+    ClusterAuthorizationError,
     IllegalStateError,
     KafkaError,
     ProducerFencedError,
     TransactionAbortableError,
     TransactionAbortedError,
     TransactionalIdAuthorizationError,
+    UnsupportedVersionError,
 )
 
 __all__ = [
@@ -103,10 +105,12 @@ def is_fatal_code(code: int) -> bool:
 
 
 def is_fatal_failure(exc: BaseException) -> bool:
-    """Whether a failed batch or request makes the producer unusable (fenced, or the
-    transactional id not authorized). Every other failure in a transaction is
-    abortable: the transaction must be aborted, then the producer goes on."""
-    return isinstance(exc, (ProducerFencedError, TransactionalIdAuthorizationError))
+    """Whether a failed batch or request makes the producer unusable (fenced, the
+    transactional id or the cluster operation not authorized, an unsupported version:
+    Java's list). Every other failure in a transaction is abortable: the transaction
+    must be aborted, then the producer goes on."""
+    return isinstance(exc, (ProducerFencedError, TransactionalIdAuthorizationError,
+                            ClusterAuthorizationError, UnsupportedVersionError))
 
 
 def _kafka_error(exc: BaseException) -> KafkaError:
@@ -123,7 +127,8 @@ class TxnStateMachine:
     invalid one is a bug of the driver and raises :class:`IllegalStateError`).
     """
 
-    __slots__ = ("_before", "_error", "_state", "busy", "retrying_end", "transactional_id")
+    __slots__ = ("_before", "_error", "_state", "busy", "number", "retrying_end",
+                 "transactional_id", "version")
 
     def __init__(self, transactional_id: str) -> None:
         self.transactional_id = transactional_id
@@ -134,6 +139,11 @@ class TxnStateMachine:
         """The call still running (``"commit_transaction()"``...), or None."""
         self.retrying_end: bool | None = None
         """An EndTxn that timed out and may be repeated: True commit, False abort."""
+        self.number = 0
+        """The number of the last transaction begun (1 for the first; 0 before it).
+        A ``send()`` joins the transaction whose number this is when it is called."""
+        self.version: int | None = None
+        """The transaction protocol version (1 or 2, KIP-890) chosen at init, or None."""
 
     @property
     def state(self) -> TxnState:
@@ -160,6 +170,27 @@ class TxnStateMachine:
         """Raise unless records may be appended now (called by send())."""
         if self._state is not TxnState.IN_TRANSACTION:
             raise self.state_error("send()")
+
+    def joined(self) -> int:
+        """check_send(), and the number of the transaction a send() called now joins."""
+        self.check_send()
+        return self.number
+
+    def check_joined(self, number: int) -> None:
+        """Raise unless the transaction ``number`` (that a send() joined) still takes
+        records: it is the current one, open or being committed (a commit waits for
+        the sends that joined it). Called right before the record is appended."""
+        st = self._state
+        if number == self.number and (st is TxnState.IN_TRANSACTION
+                                      or st is TxnState.COMMITTING):
+            return
+        if number == self.number and st in (TxnState.ABORTABLE_ERROR,
+                                             TxnState.FATAL_ERROR):
+            raise self.state_error("send()")
+        raise TransactionAbortedError(
+            f"send(): transaction {number} of {self.transactional_id!r}, which this "
+            "send() joined, was aborted before the record could be appended; nothing "
+            "was buffered")
 
     def enter(self, what: str, *allowed: TxnState) -> None:
         """Raise unless the call ``what`` may start: nothing else running, and the
@@ -237,6 +268,7 @@ class TxnStateMachine:
         """begin_transaction()."""
         self.enter("begin_transaction()", TxnState.READY)
         self._error = None
+        self.number += 1
         self._go(TxnState.IN_TRANSACTION)
 
     def resumes_end(self, commit: bool) -> bool:

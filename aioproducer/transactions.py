@@ -6,10 +6,18 @@ AddPartitionsToTxn, AddOffsetsToTxn, EndTxn) and the *group coordinator* of a
 consumer group (TxnOffsetCommit). Both are found with FindCoordinator and looked up
 again when a broker says it is no longer the coordinator.
 
-We speak the classic protocol (transaction version 1, as the Java client does with
-brokers that do not offer version 2 to it): every partition is added with
-AddPartitionsToTxn before the first batch goes to it, Produce is capped at v11,
-EndTxn at v4. Kafka 4.x brokers accept both.
+Two protocols, chosen as the Java client (4.x) chooses, from the cluster's finalized
+``transaction.version`` feature (ApiVersions), at init_transactions() and again at
+each begin_transaction():
+
+* version 1 (classic): every partition is added with AddPartitionsToTxn before the
+  first batch goes to it, and AddOffsetsToTxn comes before TxnOffsetCommit; Produce
+  is capped at v11, EndTxn at v4, TxnOffsetCommit at v4.
+* version 2 (KIP-890 part 2, ``transaction.version`` >= 2): Produce v12+ adds its
+  partition to the transaction on the broker's side (no AddPartitionsToTxn round
+  trip), TxnOffsetCommit v5+ adds the group's offsets (no AddOffsetsToTxn), and every
+  EndTxn (v5+) bumps the epoch: its answer carries the producer id and epoch to use
+  next, which the producer keeps.
 
 The states, their transitions and the errors of calls made in the wrong state are
 :class:`~aioproducer.transaction_state.TxnStateMachine`'s (shared with
@@ -61,6 +69,7 @@ _ADD_PARTITIONS_TO_TXN = 24
 _ADD_OFFSETS_TO_TXN = 25
 _END_TXN = 26
 _TXN_OFFSET_COMMIT = 28
+_PRODUCE = 0
 
 _GROUP, _TRANSACTION = 0, 1
 
@@ -227,6 +236,9 @@ class TransactionManager:
         self._add_next = 0.0
         self._add_failures = 0
         self._coordinators: dict[tuple[int, str], int] = {}
+        self._appending = 0  # send() calls that joined the transaction, still appending
+        self._appended: asyncio.Future[None] | None = None  # set when that reaches 0
+        self.version = 1  # KIP-890 transaction version, chosen by init()
 
     # -- the state machine's view ----------------------------------------------------
 
@@ -241,6 +253,58 @@ class TransactionManager:
     def check_send(self) -> None:
         """Raise unless records may be appended now (called by send())."""
         self.machine.check_send()
+
+    def join(self) -> int:
+        """A send() that may suspend before it appends (metadata, memory) joins the
+        open transaction: its number is returned, and commit waits until
+        :meth:`leave` is called for it. Raises if no transaction takes records."""
+        number = self.machine.joined()
+        self._appending += 1
+        return number
+
+    def leave(self) -> None:
+        """The send() that joined has appended its record(s), or failed."""
+        self._appending -= 1
+        if self._appending == 0 and self._appended is not None:
+            if not self._appended.done():
+                self._appended.set_result(None)
+            self._appended = None
+
+    async def _wait_appending(self) -> None:
+        """Until every send() that joined the transaction has appended or failed
+        (each is bounded by ``max_block_ms``)."""
+        while self._appending > 0:
+            if self._appended is None:
+                self._appended = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._appended)
+
+    @property
+    def produce_max_version(self) -> int:
+        """The highest Produce version the Sender may use: v12+ means version 2."""
+        return 13 if self.version >= 2 else 11
+
+    def _choose_version(self) -> None:
+        """Version 2 if the cluster finalized ``transaction.version`` >= 2 (the
+        connection with the newest feature epoch says) and the brokers speak Produce
+        v12 and EndTxn v5; else version 1."""
+        best_epoch, level = -2, 0
+        v2_apis = True
+        for conn in self._client.connections():
+            if not conn.api_versions:
+                continue
+            if conn.finalized_features_epoch > best_epoch:
+                best_epoch = conn.finalized_features_epoch
+                level = conn.finalized_features.get("transaction.version", 0)
+            for key, need in ((_PRODUCE, 12), (_END_TXN, 5)):
+                rng = conn.api_versions.get(key)
+                if rng is None or rng[1] < need:
+                    v2_apis = False
+        version = 2 if level >= 2 and v2_apis else 1
+        if version != self.version or self.machine.version is None:
+            log.info("transactional producer %r: transaction version %d",
+                     self.transactional_id, version)
+        self.version = version
+        self.machine.version = version
 
     @property
     def blocks_queued(self) -> KafkaError | None:
@@ -273,8 +337,13 @@ class TransactionManager:
         return err
 
     def may_send(self, tp: TopicPartition) -> bool:
-        """Whether batches of ``tp`` may go out (the partition is in the transaction)."""
+        """Whether batches of ``tp`` may go out (the partition is in the transaction).
+        Version 2: always (Produce adds the partition); the transaction has started."""
         if tp in self.added:
+            return True
+        if self.version >= 2:
+            self.added.add(tp)
+            self._started = True
             return True
         self.pending.add(tp)
         return False
@@ -357,17 +426,24 @@ class TransactionManager:
         m.enter("init_transactions()", TxnState.UNINITIALIZED)
         with m.running("init_transactions()"):
             await self._init_producer_id(bump=False)
+        self._choose_version()
         m.initialized()
         log.info("transactional producer %r: producer id %d epoch %d", self.transactional_id,
                  self._pid.producer_id, self._pid.epoch)
 
     def begin(self) -> None:
         self.machine.begin()
+        self._choose_version()  # the feature may have been upgraded (as Java does)
         self.added.clear()
         self.pending.clear()
         self._started = False
 
-    async def commit(self, flush: Callable[[], Awaitable[None]]) -> None:
+    async def commit(self, flush: Callable[[], Awaitable[None]],
+                     hurry: Callable[[bool], None] | None = None) -> None:
+        """commit_transaction(): sends that joined the transaction finish appending
+        (``hurry(True)`` makes every batch sendable meanwhile, so that sends waiting
+        for memory get it; ``hurry(False)`` ends that), then ``flush()``, then EndTxn.
+        send() calls made once the commit started raise."""
         m = self.machine
         if m.resumes_end(True):
             await self._finish(True)  # a timed-out commit, called again
@@ -375,6 +451,14 @@ class TransactionManager:
         m.start_commit()
         try:
             with m.running("commit_transaction()"):
+                if self._appending:
+                    if hurry is not None:
+                        hurry(True)
+                    try:
+                        await self._wait_appending()
+                    finally:
+                        if hurry is not None:
+                            hurry(False)
                 await flush()
                 if self._add_task is not None:
                     await asyncio.shield(self._add_task)
@@ -439,7 +523,8 @@ class TransactionManager:
         by_topic = offsets_of(offsets)
         try:
             with m.running("send_offsets_to_transaction()"):
-                await self._add_offsets(group.group_id)
+                if self.version < 2:  # version 2: TxnOffsetCommit v5 adds the group
+                    await self._add_offsets(group.group_id)
                 self._started = True
                 if by_topic:
                     await self._txn_offset_commit(group, by_topic)
@@ -474,14 +559,22 @@ class TransactionManager:
                                      call, self._max_block_s)
 
     async def _end_txn(self, commit: bool) -> None:
+        v2 = self.version >= 2
+
         async def call(conn: BrokerConnection) -> int:
-            version = conn.version_for(_END_TXN, 0, 4)
+            version = conn.version_for(_END_TXN, 5, 5) if v2 else conn.version_for(
+                _END_TXN, 0, 4)
             req_m, resp_m = _kio("end_txn", version)
             resp = await conn.request(req_m.EndTxnRequest(
                 transactional_id=self.transactional_id,
                 producer_id=i64(self._pid.producer_id), producer_epoch=i16(self._pid.epoch),
                 committed=commit), resp_m.EndTxnResponse)
-            return int(resp.error_code)
+            code = int(resp.error_code)
+            if code == 0 and version >= 5:
+                # KIP-890: the coordinator bumped the epoch (or, when the epoch ran
+                # out, gave a new producer id): the next transaction uses them.
+                self._pid.assign(int(resp.producer_id), int(resp.producer_epoch))
+            return code
 
         await self._coordinator_call(_TRANSACTION, self.transactional_id,
                                      "EndTxn (commit)" if commit else "EndTxn (abort)",
@@ -503,8 +596,11 @@ class TransactionManager:
     async def _txn_offset_commit(self, group: GroupMetadata,
                                  by_topic: dict[str, list[tuple[int, int, str | None]]]
                                  ) -> None:
+        v2 = self.version >= 2
+
         async def call(conn: BrokerConnection) -> int:
-            version = conn.version_for(_TXN_OFFSET_COMMIT, 0, 4)
+            version = conn.version_for(_TXN_OFFSET_COMMIT, 5, 5) if v2 else \
+                conn.version_for(_TXN_OFFSET_COMMIT, 0, 4)
             req_m, resp_m = _kio("txn_offset_commit", version)
             part_t = req_m.TxnOffsetCommitRequestPartition
             part_fields = {f for f in part_t.__dataclass_fields__}

@@ -163,6 +163,9 @@ class LocalKafka:
     once the Python process that started it has exited, so a crashed test run leaves no
     brokers behind; ``ttl`` (seconds) bounds the cluster's life the same way.
     ``extra_config`` is added to (and overrides) every node's ``server.properties``.
+    ``features`` finalizes feature levels when the storage is formatted (``kafka-storage
+    format --feature name=level``), e.g. ``{"transaction.version": 1}`` for a cluster
+    whose transactional producers use the classic protocol instead of KIP-890's.
     The heap is ``-Xmx1g`` unless ``$AIOPRODUCER_BROKER_HEAP`` gives JVM options
     (like ``KAFKA_HEAP_OPTS``, e.g. ``"-Xms512m -Xmx2g"``).
 
@@ -177,13 +180,15 @@ class LocalKafka:
 
     def __init__(self, state_dir: str | os.PathLike[str], nodes: int = 1, *,
                  extra_config: Mapping[str, str] | None = None, stop_with_owner: bool = True,
-                 ttl: float | None = None, secure: bool = False) -> None:
+                 ttl: float | None = None, secure: bool = False,
+                 features: Mapping[str, int] | None = None) -> None:
         if nodes < 1:
             raise ValueError("nodes must be at least 1")
         self.state_dir = Path(state_dir).expanduser().absolute()
         self.nodes = nodes
         self.secure = secure
         self.extra_config = dict(extra_config or {})
+        self.features = dict(features or {})
         self.stop_with_owner = stop_with_owner
         self.ttl = ttl
         self._log_offsets: dict[int, tuple[int, int]] = {}
@@ -515,9 +520,12 @@ class LocalKafka:
         try:
             for i in range(self.nodes):
                 scram = _scram_format_args() if self.secure else []
+                feats = [a for name, level in sorted(self.features.items())
+                         for a in ("--feature", f"{name}={int(level)}")]
                 cmd = _tool_command("kafka.tools.StorageTool",
                                     ["format", "-t", cluster_id, "-c",
-                                     str(self.node_dir(i) / "server.properties"), *scram], ())
+                                     str(self.node_dir(i) / "server.properties"), *scram,
+                                     *feats], ())
                 procs.append(subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
                                               stdout=subprocess.PIPE,
                                               stderr=subprocess.STDOUT, text=True))

@@ -164,6 +164,10 @@ class BrokerConnection(asyncio.Protocol):
         self.max_response_bytes = max_response_bytes
         self.api_versions: dict[int, tuple[int, int]] = {}
         """Broker-supported ``api_key -> (min_version, max_version)``."""
+        self.finalized_features: dict[str, int] = {}
+        """The cluster's finalized feature levels (ApiVersions v3+), e.g.
+        ``{"transaction.version": 2}``; ``finalized_features_epoch`` is -1 if unknown."""
+        self.finalized_features_epoch = -1
         self.can_write = True
         self.on_close: Callable[[BrokerConnection], None] | None = None
         self.on_writable: Callable[[], None] | None = None
@@ -193,12 +197,18 @@ class BrokerConnection(asyncio.Protocol):
                    client_id: str = "aioproducer", request_timeout_ms: int = 30000,
                    connect_timeout_ms: int = 10000,
                    max_response_bytes: int = 100 * 1024 * 1024,
-                   security: Security | None = None) -> BrokerConnection:
+                   security: Security | None = None,
+                   send_buffer_bytes: int = -1,
+                   receive_buffer_bytes: int = -1) -> BrokerConnection:
         """Connect to ``host:port`` and negotiate API versions.
 
-        Raises :class:`KafkaConnectionError` when the TCP connection cannot be made
-        within ``connect_timeout_ms``, and whatever the ApiVersions exchange raises
-        (:class:`RequestTimedOutError`, :class:`KafkaConnectionError`...).
+        Every address ``host`` resolves to is tried in turn (``client.dns.lookup=
+        use_all_dns_ips``), each within ``connect_timeout_ms``; the socket gets
+        ``send_buffer_bytes`` / ``receive_buffer_bytes`` (SO_SNDBUF / SO_RCVBUF, set
+        before it connects; -1 keeps the OS default). Raises
+        :class:`KafkaConnectionError` when no address accepts the connection, and
+        whatever the ApiVersions exchange raises (:class:`RequestTimedOutError`,
+        :class:`KafkaConnectionError`...).
         """
         loop = asyncio.get_running_loop()
         conn = cls(host, port, node_id=node_id, client_id=client_id,
@@ -207,14 +217,16 @@ class BrokerConnection(asyncio.Protocol):
         conn._loop = loop
         ctx = security.ssl_context if security is not None else None
         try:
-            if ctx is not None:
+            sock = await _connect_socket(loop, host, port, connect_timeout_ms / 1000.0,
+                                         send_buffer_bytes, receive_buffer_bytes)
+            try:
                 await asyncio.wait_for(
-                    loop.create_connection(lambda: conn, host, port, ssl=ctx,
-                                           server_hostname=host),
+                    loop.create_connection(lambda: conn, sock=sock, ssl=ctx,
+                                           server_hostname=host if ctx is not None else None),
                     connect_timeout_ms / 1000.0)
-            else:
-                await asyncio.wait_for(loop.create_connection(lambda: conn, host, port),
-                                       connect_timeout_ms / 1000.0)
+            except BaseException:
+                sock.close()
+                raise
         except asyncio.TimeoutError:
             raise KafkaConnectionError(
                 f"cannot connect to {conn}: timed out after {connect_timeout_ms} ms"
@@ -451,6 +463,10 @@ class BrokerConnection(asyncio.Protocol):
                 raise for_code(code, f"ApiVersions request to {self} failed")
             self.api_versions = {int(k.api_key): (int(k.min_version), int(k.max_version))
                                  for k in resp.api_keys}
+            if isinstance(resp, _av3_resp.ApiVersionsResponse):
+                self.finalized_features = {f.name: int(f.max_version_level)
+                                           for f in resp.finalized_features}
+                self.finalized_features_epoch = int(resp.finalized_features_epoch)
             self._negotiated = True
             log.debug("connected to %s (ApiVersions v%d, %d APIs)", self, version,
                       len(self.api_versions))
@@ -709,6 +725,46 @@ class BrokerConnection(asyncio.Protocol):
                 cb(self)
             except Exception:  # pragma: no cover - owner's bug; never break closing
                 log.exception("on_close callback of %s failed", self)
+
+
+async def _resolve(loop: asyncio.AbstractEventLoop, host: str, port: int
+                   ) -> list[tuple[int, int, int, Any]]:
+    """``(family, type, proto, sockaddr)`` of every TCP address of ``host``."""
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return [(family, kind, proto, addr) for family, kind, proto, _, addr in infos]
+
+
+async def _connect_socket(loop: asyncio.AbstractEventLoop, host: str, port: int,
+                          timeout_s: float, send_buffer_bytes: int,
+                          receive_buffer_bytes: int) -> socket.socket:
+    """A connected non-blocking TCP socket to the first address of ``host`` that
+    accepts within ``timeout_s`` (each address gets its own), with its buffer sizes
+    set before it connects, as Java's Selector does."""
+    addresses = await _resolve(loop, host, port)
+    failures: list[str] = []
+    for family, kind, proto, addr in addresses:
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setblocking(False)
+            if send_buffer_bytes >= 0:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer_bytes)
+            if receive_buffer_bytes >= 0:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer_bytes)
+            await asyncio.wait_for(loop.sock_connect(sock, addr), timeout_s)
+        except asyncio.TimeoutError:
+            sock.close()
+            failures.append(f"{addr[0]}: timed out after {timeout_s * 1000:.0f} ms")
+        except OSError as exc:
+            sock.close()
+            failures.append(f"{addr[0]}: {_os_error_text(exc)}")
+        except BaseException:
+            sock.close()
+            raise
+        else:
+            return sock
+    if len(failures) == 1 and "timed out" in failures[0]:
+        raise asyncio.TimeoutError
+    raise OSError(f"no address of {host} accepted the connection: " + "; ".join(failures))
 
 
 def _os_error_text(exc: OSError) -> str:

@@ -1,0 +1,202 @@
+"""Transactions V2 (KIP-890) and the atomicity of a transaction with concurrent sends.
+
+Every test here runs against a broker whose finalized ``transaction.version`` is 1 and
+one where it is 2 (``txn_broker``, see tests/support/txn_brokers.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import Counter, defaultdict
+from typing import Any
+
+import pytest
+from support.kafka_util import consume_all
+from support.txn_brokers import TxnBroker, txn_broker_fixture
+
+from aioproducer import (
+    IllegalStateError,
+    Producer,
+    TransactionAbortableError,
+    TransactionAbortedError,
+)
+from aioproducer.transactions import TxnState
+
+pytestmark = pytest.mark.asyncio
+
+txn_broker = txn_broker_fixture()
+
+
+@pytest.fixture(scope="module")
+def kafka_bootstrap(txn_broker: TxnBroker) -> str:
+    """The plugin's topic factory creates the topics on this module's broker."""
+    return txn_broker.bootstrap
+
+
+async def test_transaction_version_follows_the_broker(txn_broker: TxnBroker,
+                                                      topic_factory: Any) -> None:
+    topic = topic_factory()
+    async with Producer(bootstrap_servers=txn_broker.bootstrap,
+                        transactional_id=f"tv-{txn_broker.version}-{time.time_ns()}",
+                        linger_ms=5) as producer:
+        assert producer.transaction_version is None
+        await producer.init_transactions()
+        assert producer.transaction_version == txn_broker.version
+        epochs = []
+        for i in range(4):
+            producer.begin_transaction()
+            assert producer.transaction_sequence == i + 1
+            await producer.send(topic, b"v%d" % i)
+            if i % 2:
+                await producer.abort_transaction()
+            else:
+                await producer.commit_transaction()
+            pid = producer._txn._pid  # type: ignore[union-attr]
+            epochs.append((pid.producer_id, pid.epoch))
+    ids = {p for p, _ in epochs}
+    assert len(ids) == 1
+    if txn_broker.version >= 2:
+        # Every EndTxn bumps the epoch (KIP-890), and the producer keeps the new one.
+        assert [e for _, e in epochs] == [epochs[0][1] + i for i in range(4)]
+    else:
+        assert len({e for _, e in epochs}) == 1
+    got = consume_all(txn_broker.bootstrap, topic, 2, isolation="read_committed")
+    assert sorted(r.value for r in got) == [b"v0", b"v2"]
+
+
+async def test_v2_sends_no_add_partitions_round_trip(txn_broker: TxnBroker,
+                                                     topic_factory: Any) -> None:
+    """V2: no AddPartitionsToTxn / AddOffsetsToTxn; V1: one per new partition set."""
+    topic = topic_factory(partitions=3)
+    async with Producer(bootstrap_servers=txn_broker.bootstrap,
+                        transactional_id=f"tvadd-{txn_broker.version}-{time.time_ns()}",
+                        linger_ms=5) as producer:
+        await producer.init_transactions()
+        txn = producer._txn
+        assert txn is not None
+        calls: Counter[str] = Counter()
+        original = txn._coordinator_call
+
+        async def counting(key_type: int, key: str, what: str, *args: Any,
+                           **kw: Any) -> None:
+            calls[what.split(" ")[0]] += 1
+            await original(key_type, key, what, *args, **kw)
+
+        txn._coordinator_call = counting  # type: ignore[method-assign]
+        producer.begin_transaction()
+        for p in range(3):
+            await producer.send(topic, b"x", partition=p)
+        await producer.send_offsets_to_transaction({(topic, 0): 1}, "g-v2")
+        await producer.commit_transaction()
+    if txn_broker.version >= 2:
+        assert calls["AddPartitionsToTxn"] == 0
+        assert calls["AddOffsetsToTxn"] == 0
+    else:
+        assert calls["AddPartitionsToTxn"] >= 1
+        assert calls["AddOffsetsToTxn"] == 1
+    assert calls["EndTxn"] == 1 and calls["TxnOffsetCommit"] == 1
+
+
+async def test_concurrent_sends_land_in_the_transaction_they_joined(
+        txn_broker: TxnBroker, topic_factory: Any) -> None:
+    """50 tasks send through one transactional producer while a periodic task ends a
+    transaction every 100 ms (commit, but every third one aborted, so that a record
+    moved to a neighbouring transaction shows); small buffer memory (sends wait for
+    memory) and new topics whose metadata sends wait for. A read_committed consumer
+    must see exactly the records whose send() returned, told a committed transaction,
+    and none of the others."""
+    seed = 20261125 + txn_broker.version
+    print(f"seed={seed}")
+    rng = random.Random(seed)
+    topics = [topic_factory(partitions=2) for _ in range(3)]
+    n_txns, n_tasks, per_task = 16, 50, 80
+    joined: dict[int, int] = {}  # record id -> transaction number send() joined
+    topic_of: dict[int, str] = {}
+    refused: Counter[str] = Counter()
+    futures: list[tuple[int, Any]] = []
+    outcome: dict[int, str] = {}
+    stop = asyncio.Event()
+
+    async with Producer(bootstrap_servers=txn_broker.bootstrap,
+                        transactional_id=f"atom-{txn_broker.version}-{time.time_ns()}",
+                        linger_ms=20, batch_size=4096, buffer_memory=24 * 1024,
+                        max_request_size=16 * 1024,
+                        max_block_ms=20_000) as producer:
+        await producer.init_transactions()
+        next_id = 0
+
+        async def sender(task: int) -> None:
+            nonlocal next_id
+            trng = random.Random(rng.random())
+            sent = 0
+            while sent < per_task and not stop.is_set():
+                # New topics come into use as the run goes on (metadata waits).
+                reachable = 1 + min(2, int(producer.transaction_sequence / (n_txns / 3)))
+                topic = topics[trng.randrange(reachable)]
+                rid = next_id
+                next_id += 1
+                number = producer.transaction_sequence
+                try:
+                    fut = await producer.send(
+                        topic, bytes(trng.randrange(100, 900)),
+                        headers=[("id", b"%d" % rid), ("txn", b"%d" % number)])
+                except (IllegalStateError, TransactionAbortedError,
+                        TransactionAbortableError) as exc:
+                    refused[type(exc).__name__] += 1
+                    await asyncio.sleep(0.002 + trng.random() * 0.005)
+                    continue
+                joined[rid] = number
+                topic_of[rid] = topic
+                futures.append((rid, fut))
+                sent += 1
+                if trng.random() < 0.2:
+                    await asyncio.sleep(trng.random() * 0.01)
+
+        async def committer() -> None:
+            for n in range(1, n_txns + 1):
+                producer.begin_transaction()
+                assert producer.transaction_sequence == n
+                await asyncio.sleep(0.1)
+                if n % 3 == 0:
+                    await producer.abort_transaction()
+                    outcome[n] = "aborted"
+                else:
+                    await producer.commit_transaction()
+                    outcome[n] = "committed"
+            stop.set()
+
+        async with asyncio.timeout(120):
+            tasks = [asyncio.create_task(sender(i)) for i in range(n_tasks)]
+            await committer()
+            await asyncio.gather(*tasks)
+        assert producer._txn is not None and producer._txn.state is TxnState.READY
+
+    print(f"sends returned: {len(joined)}, refused: {dict(refused)}")
+    assert set(joined.values()) <= set(outcome)  # never outside a transaction
+    expected = {rid for rid, n in joined.items() if outcome[n] == "committed"}
+    # A record of a committed transaction was acknowledged; one of an aborted
+    # transaction failed or was written and then aborted.
+    for rid, fut in futures:
+        if outcome[joined[rid]] == "committed":
+            assert fut.done() and fut.exception() is None, rid
+    by_txn: dict[int, set[int]] = defaultdict(set)
+    read_ids = set()
+    for topic in topics:
+        for r in consume_all(txn_broker.bootstrap, topic,
+                             sum(1 for rid in expected if topic_of[rid] == topic),
+                             timeout=30, isolation="read_committed"):
+            h = dict(r.headers)
+            rid = int(h["id"] or b"-1")
+            assert rid not in read_ids, f"record {rid} read twice"
+            read_ids.add(rid)
+            by_txn[int(h["txn"] or b"-1")].add(rid)
+    missing = expected - read_ids
+    extra = read_ids - expected
+    assert not missing, f"{len(missing)} records of committed transactions not read"
+    assert not extra, f"{len(extra)} records read that were not told a committed " \
+                      f"transaction: {sorted((joined.get(r), r) for r in extra)[:10]}"
+    for n, ids in by_txn.items():
+        assert ids == {rid for rid, m in joined.items() if m == n}
+    assert len(expected) > 200
