@@ -18,6 +18,7 @@ from typing import Protocol
 
 from ._native import BATCH_HEADER_SIZE, Appender, Block, BufferPool, ProducerBatch
 from ._native.batch import record_size_upper_bound
+from .backoff import ExponentialBackoff
 from .batch_split import records_of_batch
 from .compression import CompressionRatioEstimator, Compressor
 from .errors import (
@@ -131,6 +132,8 @@ class RecordAccumulator:
         self.linger = linger_ms / 1000.0
         self.retry_backoff = retry_backoff_ms / 1000.0
         self.retry_backoff_max = retry_backoff_max_ms / 1000.0
+        self.retry_backoff_policy = ExponentialBackoff(
+            retry_backoff_ms, max(retry_backoff_ms, retry_backoff_max_ms))
         self.delivery_timeout = delivery_timeout_ms / 1000.0
         self.batches: dict[TopicPartition, deque[ProducerBatch]] = {}
         self.incomplete: set[ProducerBatch] = set()
@@ -166,16 +169,14 @@ class RecordAccumulator:
 
     async def append(self, topic: str, info: TopicInfo, partition: int, timestamp: int,
                      key: object, value: object, headers: object, record_size: int, *,
-                     sticky: StickyPartitioner | None, max_block_s: float,
-                     guard: Callable[[], None] | None = None) -> AppendResult:
+                     sticky: StickyPartitioner | None, max_block_s: float) -> AppendResult:
         """Append one record (Java's ``RecordAccumulator.append``).
 
         Tries the partition's open batch; a keyless record whose sticky partition
         needs a new batch moves to another partition first (``sticky``, KIP-480);
         otherwise a new batch is opened in a block from the pool, waiting for memory
         up to ``max_block_s``. Every ``await`` comes before the record is appended: a
-        cancelled call buffered nothing. ``guard`` (transactions) is called after each
-        ``await``, right before appending: if it raises, nothing is buffered.
+        cancelled call buffered nothing.
         """
         n = len(info.partitions)
         route = self.appender.route(topic)
@@ -196,8 +197,6 @@ class RecordAccumulator:
             # pool is full. Once per batch, not per record, keeps the hot path cheap.
             await asyncio.sleep(0)
             self._check_open()
-            if guard is not None:
-                guard()
             appended = self.try_append(tp, timestamp, key, value, headers)
             if appended is not None:
                 return AppendResult(appended[0], appended[1], False)
@@ -205,12 +204,6 @@ class RecordAccumulator:
         if self._refusal is not None:
             self.release_block(block)
             self._check_open()
-        if guard is not None:
-            try:
-                guard()
-            except BaseException:
-                self.release_block(block)
-                raise
         # Another send may have opened a batch for this partition while we waited.
         appended = self.try_append(tp, timestamp, key, value, headers)
         if appended is not None:
@@ -601,13 +594,25 @@ class RecordAccumulator:
     def reenqueue(self, batch: ProducerBatch, now: float) -> None:
         """Put a batch back at the head of its deque for a retry, in sequence order."""
         batch.attempts += 1
-        delay = min(self.retry_backoff * (2 ** (batch.attempts - 1)), self.retry_backoff_max)
-        batch.next_attempt = now + delay
+        # KIP-580: exponential with jitter, from retry_backoff_ms to retry_backoff_max_ms.
+        batch.next_attempt = now + self.retry_backoff_policy.backoff_s(batch.attempts - 1)
         dq = self.batches.setdefault(batch.tp, deque())
         dq.appendleft(batch)
         if batch.base_sequence >= 0:
             # Keep idempotent batches ordered by sequence among the retried ones.
             _sort_head_by_sequence(dq)
+
+    def forget_topic(self, topic: str) -> None:
+        """Drop a topic's per-topic state (it expired from the metadata, with nothing
+        buffered or in flight): its route in the native appender, its empty deques,
+        batch size targets, growth cap and compression ratio estimate."""
+        self.appender.drop_route(topic)
+        for table in (self.batches, self.batch_targets):
+            for tp in [tp for tp in table if tp[0] == topic]:
+                if not self.batches.get(tp):  # never drop a queued batch
+                    del table[tp]
+        self.growth_caps.pop(topic, None)
+        self.ratios.forget(topic)
 
     def expired(self, now: float) -> list[ProducerBatch]:
         """Queued batches whose delivery timeout has passed (removed from the deques).

@@ -183,6 +183,10 @@ class CompressionRatioEstimator:
         elif observed < current:
             self._ratio[topic] = max(current - self.BETTER_STEP, observed)
 
+    def forget(self, topic: str) -> None:
+        """Drop the topic's estimate (the topic expired from the metadata)."""
+        self._ratio.pop(topic, None)
+
     def reset(self, topic: str, ratio: float) -> None:
         """Start over from ``ratio`` (at least 1.0), after a batch sized from the
         estimate came out too large for the broker (Java resets it the same way)."""

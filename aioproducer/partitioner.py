@@ -21,7 +21,7 @@ import xxhash
 
 from ._native import Appender, TopicRoute, murmur2_partition
 from .config import Partitioner
-from .errors import ConfigError, PartitionError
+from .errors import ConfigError, PartitionError, UnknownPartitionError
 from .metadata import TopicInfo
 
 __all__ = ["RecordPartitioner", "xxhash_partition"]
@@ -68,10 +68,17 @@ class RecordPartitioner:
                 raise PartitionError(
                     f"partition must be an int, got {type(explicit).__name__}"
                 )
-            if not 0 <= explicit < n:
+            if explicit < 0:
                 raise PartitionError(
-                    f"partition {explicit} is out of range for topic {topic!r} "
-                    f"with {n} partitions (valid: 0..{n - 1})"
+                    f"partition {explicit} is out of range for topic {topic!r}: "
+                    "it must be >= 0"
+                )
+            if explicit >= n:
+                # The producer waits for metadata first (up to max_block_ms); what
+                # gets here (a fixed cluster, as in MockProducer) fails as that wait would.
+                raise UnknownPartitionError(
+                    f"partition {explicit} is out of range for topic {topic!r}: "
+                    f"the topic has {n} partition(s) (valid: 0..{n - 1})"
                 )
             return explicit
         if self._custom is not None:

@@ -7,9 +7,8 @@ import logging
 import time
 import warnings
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from functools import partial
 from typing import Any, NoReturn
 
 from ._lifecycle import check_loop, raise_not_running
@@ -69,7 +68,9 @@ class Producer:
         self._state = _NEW
         self._loop: asyncio.AbstractEventLoop | None = None
         self._metadata = Metadata(max_age_ms=c.metadata_max_age_ms,
-                                  retry_backoff_ms=c.retry_backoff_ms)
+                                  retry_backoff_ms=c.retry_backoff_ms,
+                                  retry_backoff_max_ms=c.retry_backoff_max_ms,
+                                  max_idle_ms=c.metadata_max_idle_ms)
         # Records whose key + value approach a size limit take the exact Python check.
         max_payload = min(c.max_request_size, c.buffer_memory) - BATCH_HEADER_SIZE - 64
         self._partitioner = RecordPartitioner(c.partitioner, ignore_keys=c.partitioner_ignore_keys,
@@ -286,26 +287,12 @@ class Producer:
         if self._state != _RUNNING or asyncio.get_running_loop() is not self._loop:
             self._raise_not_running()
         self._raise_if_failed()
-        txn = self._txn
-        if txn is not None:
-            txn.check_send()
+        if self._txn is not None:
+            self._txn.check_send()
             if self._fast and headers is None:
-                # Appends now, without suspending: into the open transaction.
                 fut = self._appender.append(topic, value, key, partition, timestamp_ms)
                 if fut is not None:
                     return fut
-            # The slow path may suspend (metadata, memory): the record goes into the
-            # transaction open now or nowhere (commit waits for it to be appended).
-            number = txn.join()
-            try:
-                guard = partial(txn.machine.check_joined, number)
-                if self._interceptors:
-                    return await self._send_intercepted(topic, value, key, partition,
-                                                        timestamp_ms, headers, guard)
-                return await self._send_slow(topic, value, key, partition, timestamp_ms,
-                                             headers, guard)
-            finally:
-                txn.leave()
         if self._interceptors:
             return await self._send_intercepted(topic, value, key, partition, timestamp_ms,
                                                 headers)
@@ -313,14 +300,13 @@ class Producer:
 
     async def _send_intercepted(self, topic: str, value: Any, key: Any,
                                 partition: int | None, timestamp_ms: int | None,
-                                headers: Sequence[Header] | None,
-                                guard: Callable[[], None] | None = None) -> RecordFuture:
+                                headers: Sequence[Header] | None) -> RecordFuture:
         chain = self._interceptors
         rec = chain.on_send(ProducerRecord(topic, value, key, partition, timestamp_ms,
                                            headers))
         try:
             fut = await self._send_slow(rec.topic, rec.value, rec.key, rec.partition,
-                                        rec.timestamp_ms, rec.headers, guard)
+                                        rec.timestamp_ms, rec.headers)
         except Exception as exc:
             chain.on_acknowledgement(RecordMetadata(
                 rec.topic, rec.partition if rec.partition is not None else -1, -1, -1, -1, -1),
@@ -339,8 +325,7 @@ class Producer:
 
     async def _send_slow(self, topic: str, value: Any, key: Any, partition: int | None,
                          timestamp_ms: int | None,
-                         headers: Sequence[Header] | None,
-                         guard: Callable[[], None] | None = None) -> RecordFuture:
+                         headers: Sequence[Header] | None) -> RecordFuture:
         """Everything the native fast path leaves to Python: serializers, type checks
         with typed errors, metadata waits, new batches, memory waits, headers."""
         key, value, checked, timestamp_ms = prepare_record(
@@ -351,13 +336,13 @@ class Producer:
 
         info = self._metadata.cluster.topics.get(topic)
         started = 0.0
-        if info is None:
+        # An explicit partition beyond the known count: refresh and wait (Java).
+        wanted = partition if type(partition) is int and partition >= 0 else None
+        if info is None or (wanted is not None and wanted >= len(info.partitions)):
             started = time.monotonic()
-            info = await self._metadata.wait_for_topic(topic, self._max_block_s)
+            info = await self._metadata.wait_for_topic(topic, self._max_block_s, wanted)
             if self._state != _RUNNING:
                 self._raise_not_running()
-            if guard is not None:
-                guard()
             self._accumulator.learn_growth_cap(topic)
         partitioner = self._partitioner
         part = partitioner.partition(topic, key, partition, info)
@@ -365,7 +350,7 @@ class Producer:
         res = await self._accumulator.append(
             topic, info, part, timestamp_ms, key, value, checked, record_size,
             sticky=partitioner if partitioner.is_sticky_choice(topic, key, partition)
-            else None, max_block_s=max(remaining, 0.0), guard=guard)
+            else None, max_block_s=max(remaining, 0.0))
         if res.new_batch:
             self._on_new_batch(res.batch)
         batch, index = res.batch, res.index
@@ -387,20 +372,8 @@ class Producer:
         if self._state != _RUNNING or asyncio.get_running_loop() is not self._loop:
             self._raise_not_running()
         self._raise_if_failed()
-        txn = self._txn
-        if txn is None:
-            return await self._send_many(topic, values, keys, partition, timestamp_ms, None)
-        number = txn.join()
-        try:
-            return await self._send_many(topic, values, keys, partition, timestamp_ms,
-                                         partial(txn.machine.check_joined, number))
-        finally:
-            txn.leave()
-
-    async def _send_many(self, topic: str, values: Sequence[Any],
-                         keys: Sequence[Any] | None, partition: int | None,
-                         timestamp_ms: int | None,
-                         guard: Callable[[], None] | None) -> SendManyResult:
+        if self._txn is not None:
+            self._txn.check_send()
         vals = values if type(values) is list else list(values)
         ks = None if keys is None else (keys if type(keys) is list else list(keys))
         if ks is not None and len(ks) != len(vals):
@@ -412,15 +385,13 @@ class Producer:
         i = 0
         while i < n:
             if append_many is not None:
-                if guard is not None and i:
-                    guard()  # the loop suspended since the last check
                 i = append_many(topic, vals, ks, i, partition, timestamp_ms, touched)
                 if i >= n:
                     break
             try:
                 send_one = self._send_intercepted if self._interceptors else self._send_slow
                 fut = await send_one(topic, vals[i], None if ks is None else ks[i],
-                                     partition, timestamp_ms, None, guard)
+                                     partition, timestamp_ms, None)
             except BaseException as exc:
                 # Also when cancelled: the records buffered so far cannot be taken
                 # back and will be sent; say so (a cancelled call also hands over
@@ -491,28 +462,6 @@ class Producer:
                 f"{what}: this producer is not transactional; set transactional_id")
         return self._txn
 
-    @property
-    def transaction_version(self) -> int | None:
-        """The transaction protocol in use: 2 (KIP-890: partitions join implicitly,
-        every commit or abort bumps the epoch) when the cluster's finalized
-        ``transaction.version`` feature is 2 or more, else 1; None before
-        :meth:`init_transactions` (and for a producer that is not transactional)."""
-        txn = self._txn
-        return None if txn is None else txn.machine.version
-
-    @property
-    def transaction_sequence(self) -> int:
-        """The number of the transaction begun last (1 for the first, 0 before it).
-
-        A ``send()`` joins the transaction open when it is *called*: read this just
-        before the call. If ``send()`` returns, the record is in that transaction (a
-        commit waits for sends that joined to finish appending); if that transaction
-        is aborted before the record could be appended, ``send()`` raises
-        :class:`TransactionAbortedError` and nothing was buffered. A ``send()`` called
-        while a commit or abort runs, or with no transaction open, raises."""
-        txn = self._txn
-        return 0 if txn is None else txn.machine.number
-
     async def init_transactions(self) -> None:
         """Register ``transactional_id`` with its coordinator; call once, before the
         first transaction.
@@ -533,16 +482,7 @@ class Producer:
         If a record of the transaction failed, raises
         :class:`TransactionAbortableError`: call :meth:`abort_transaction`.
         """
-        await self._transactions("commit_transaction()").commit(self.flush, self._hurry)
-
-    def _hurry(self, on: bool) -> None:
-        """While commit_transaction() waits for sends to append: every batch is
-        sendable at once (as during flush()), so sends waiting for memory get it."""
-        if on:
-            self._accumulator.begin_flush()
-            self._wake_sender()
-        else:
-            self._accumulator.end_flush()
+        await self._transactions("commit_transaction()").commit(self.flush)
 
     async def abort_transaction(self) -> None:
         """Abort the transaction: records not yet sent fail with

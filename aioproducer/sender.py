@@ -64,6 +64,9 @@ _METADATA_ERRORS = frozenset({
     int(ErrorCode.unknown_leader_epoch),
     int(ErrorCode.kafka_storage_error),
     int(ErrorCode.not_enough_replicas),
+    # Produce v13 names topics by id: a re-created topic has a new one.
+    int(ErrorCode.unknown_topic_id),
+    int(ErrorCode.inconsistent_topic_id),
 })
 _DUPLICATE_SEQUENCE = int(ErrorCode.duplicate_sequence_number)
 # A batch too large for the broker: split it (when it holds more than one record).
@@ -72,7 +75,8 @@ _TOO_LARGE = frozenset({int(ErrorCode.message_too_large), int(ErrorCode.record_l
 # not (yet) by enough replicas.
 _MAYBE_WRITTEN = frozenset({int(ErrorCode.not_enough_replicas_after_append),
                             int(ErrorCode.request_timed_out)})
-# Produce v12+ belongs to transaction version 2 (TransactionManager.produce_max_version).
+# Produce v12+ belongs to transaction version 2; transactions here use version 1.
+_TXN_PRODUCE_MAX = 11
 
 
 class Sender:
@@ -113,6 +117,9 @@ class Sender:
         self.on_fatal: Callable[[KafkaError], None] | None = None
         client.on_ready_change = self.wakeup
         metadata.on_update_request = self.wakeup
+        metadata.busy_topics = self._busy_topics
+        metadata.on_topics_expired = self._forget_topics
+        metadata.on_partition_counts = self._resize_routes
         if accumulator.batch_max_size > accumulator.batch_size:
             accumulator.on_growth_cap_needed = lambda topic: self.spawn(
                 self._learn_growth_cap(topic))
@@ -347,8 +354,8 @@ class Sender:
                 self.acc.reenqueue(b, now)
             return
         try:
-            version = conn.version_for(_PRODUCE, 9, 13 if self.txn is None
-                                       else self.txn.produce_max_version)
+            version = conn.version_for(_PRODUCE, 9,
+                                       13 if self.txn is None else _TXN_PRODUCE_MAX)
         except UnsupportedVersionError as exc:
             for b in batches:
                 self._fail(b, exc, written=False)
@@ -381,6 +388,7 @@ class Sender:
             return
         batches = sent
         m.request_sent(records, now)
+        self.metadata.touch(by_topic, now)  # in use: no expiry (metadata_max_idle_ms)
         topics = []
         for topic, parts in by_topic.items():
             info = cluster.topics.get(topic)
@@ -649,8 +657,10 @@ class Sender:
     async def _refresh_metadata(self, topics: list[str]) -> None:
         md = self.metadata
         try:
+            # As Java's producer: a broker with auto.create.topics.enable creates them.
             response = await self.client.fetch_metadata(
-                topics, timeout_s=self.request_timeout_ms / 1000.0, on_error=md.attempt_failed)
+                topics, timeout_s=self.request_timeout_ms / 1000.0, on_error=md.attempt_failed,
+                allow_auto_topic_creation=True)
             cluster = Cluster.from_response(response)
             self.client.update_nodes(cluster.nodes)
             md.refresh_done(time.monotonic(), cluster, topics)
@@ -661,6 +671,30 @@ class Sender:
             md.refresh_failed(time.monotonic(), exc)
         finally:
             self.wakeup()
+
+    def _busy_topics(self) -> set[str]:
+        """Topics with records buffered or in flight: they never expire."""
+        busy = {b.topic for b in self.acc.incomplete}
+        busy.update(tp[0] for tp, dq in self.in_flight.items() if dq)
+        busy.update(tp[0] for tp, dq in self.acc.batches.items() if dq)
+        return busy
+
+    def _forget_topics(self, topics: list[str]) -> None:
+        """Topics that expired from the metadata: drop their per-topic state."""
+        for topic in topics:
+            self.acc.forget_topic(topic)
+            for tp in [tp for tp, dq in self.in_flight.items() if tp[0] == topic and not dq]:
+                del self.in_flight[tp]
+
+    def _resize_routes(self, counts: dict[str, int]) -> None:
+        """A topic's partition count changed: its route follows in the same step as
+        the metadata, so keyed records move to murmur2(key) % n for the new n on the
+        native path and the Python path at once."""
+        appender = self.acc.appender
+        for topic, n in counts.items():
+            route = appender.route(topic)
+            if route is not None and route.num_partitions != n:
+                appender.set_route(topic, n)
 
     async def _learn_growth_cap(self, topic: str) -> None:
         """How large the topic's batches may grow: from its ``max.message.bytes``.

@@ -405,6 +405,11 @@ cdef class CoreAppender:
             r.resize(num_partitions)
         return r
 
+    def drop_route(self, str topic):
+        """Forget a topic's route (it expired from the metadata); its records take
+        the Python path again. True if there was one."""
+        return self.routes.pop(topic, None) is not None
+
     cdef CoreBatch fast_append(self, object topic, object value, object key,
                                object partition, object timestamp_ms,
                                int32_t* index, int64_t* ts):

@@ -476,23 +476,28 @@ class KafkaClient:
     async def fetch_metadata(self, topics: Sequence[str] | None, *,
                              timeout_s: float | None = None,
                              on_error: Callable[[BaseException], None] | None = None,
+                             allow_auto_topic_creation: bool = False,
                              ) -> MetadataResponse:
         """Metadata for ``topics`` (None: all topics) from the least-loaded node.
 
-        Never creates topics (``allow_auto_topic_creation=False``). Nodes that fail
-        are put in backoff and the next one is tried until ``timeout_s`` (default:
-        ``request_timeout_ms``) runs out; ``on_error`` hears of each failed attempt.
+        Creates no topics unless ``allow_auto_topic_creation`` (the producer's
+        refreshes set it, as Java's do: brokers with ``auto.create.topics.enable``
+        then create the topics asked for). Nodes that fail are put in backoff and
+        the next one is tried until ``timeout_s`` (default: ``request_timeout_ms``)
+        runs out; ``on_error`` hears of each failed attempt.
         The caller applies :meth:`update_nodes`.
         """
         timeout = self.request_timeout_ms / 1000.0 if timeout_s is None else timeout_s
 
         async def op(node: int, remaining: float) -> MetadataResponse:
-            return await self._metadata_from(node, topics, remaining)
+            return await self._metadata_from(
+                node, topics, remaining, allow_auto_topic_creation=allow_auto_topic_creation)
 
         return await self.on_any_node(op, timeout, "fetch metadata", on_error=on_error)
 
     async def _metadata_from(self, node: int, topics: Sequence[str] | None,
-                             timeout_s: float) -> MetadataResponse:
+                             timeout_s: float, *,
+                             allow_auto_topic_creation: bool = False) -> MetadataResponse:
         conn = await self.connect(node, timeout_s)
         version = conn.version_for(METADATA_KEY, *_METADATA_VERSIONS)
         mod = request_module(METADATA_KEY, version)
@@ -501,7 +506,7 @@ class KafkaClient:
             topic_list = tuple(build_entity(mod.MetadataRequestTopic, name=t, topic_id=None)
                                for t in topics)
         req = build_entity(mod.MetadataRequest, topics=topic_list,
-                           allow_auto_topic_creation=False,
+                           allow_auto_topic_creation=allow_auto_topic_creation,
                            include_cluster_authorized_operations=False,
                            include_topic_authorized_operations=False)
         response = await conn.request(req, _METADATA_TYPES[version])

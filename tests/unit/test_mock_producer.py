@@ -482,7 +482,8 @@ BAD_INPUTS: list[tuple[dict[str, Any], dict[str, Any], type[Exception]]] = [
     ({}, {"timestamp_ms": True}, SerializationError),
     ({}, {"topic": ""}, SerializationError),
     ({}, {"topic": 7}, SerializationError),
-    ({}, {"partition": 3}, PartitionError),
+    # beyond the count: the real producer refreshes metadata for max_block_ms first
+    ({"max_block_ms": 300}, {"partition": 3}, PartitionError),
     ({}, {"partition": -1}, PartitionError),
     ({}, {"partition": "0"}, PartitionError),
     ({"max_block_ms": 500}, {"topic": "no-such-topic-aioproducer-mock"}, UnknownTopicError),
