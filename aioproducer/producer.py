@@ -118,6 +118,10 @@ class Producer:
             max_response_bytes=c.max_response_bytes, security=self._security,
             metadata_recovery_strategy=c.metadata_recovery_strategy,
             metadata_recovery_rebootstrap_trigger_ms=c.metadata_recovery_rebootstrap_trigger_ms,
+            connect_timeout_max_ms=c.socket_connection_setup_timeout_max_ms,
+            connections_max_idle_ms=c.connections_max_idle_ms,
+            send_buffer_bytes=c.send_buffer_bytes, receive_buffer_bytes=c.receive_buffer_bytes,
+            client_dns_lookup=c.client_dns_lookup,
         )
         self._client = client
         try:

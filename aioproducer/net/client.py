@@ -23,6 +23,7 @@ import asyncio
 import dataclasses
 import logging
 import random
+import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, TypeAlias, TypeVar
@@ -41,6 +42,7 @@ import kio.schema.metadata.v11.response as _m11
 import kio.schema.metadata.v12.response as _m12
 from kio.static.primitive import i8
 
+from ..backoff import ExponentialBackoff
 from ..errors import (
     AuthenticationError,
     ConfigError,
@@ -157,12 +159,27 @@ class KafkaClient:
                  max_response_bytes: int = 100 * 1024 * 1024,
                  security: Security | None = None,
                  metadata_recovery_strategy: str = "rebootstrap",
-                 metadata_recovery_rebootstrap_trigger_ms: int = 300000) -> None:
+                 metadata_recovery_rebootstrap_trigger_ms: int = 300000,
+                 connect_timeout_max_ms: int | None = None,
+                 connections_max_idle_ms: int = -1,
+                 send_buffer_bytes: int = -1, receive_buffer_bytes: int = -1,
+                 client_dns_lookup: str = "use_all_dns_ips") -> None:
         if metadata_recovery_strategy not in ("rebootstrap", "none"):
             raise ConfigError("metadata_recovery_strategy must be 'rebootstrap' or 'none', "
                               f"got {metadata_recovery_strategy!r}")
         self.security = security
         self.metadata_recovery_strategy = metadata_recovery_strategy
+        # socket.connection.setup.timeout.ms doubling per failed attempt (+-20% jitter)
+        # up to .max.ms, as Java's ClusterConnectionStates.
+        self._setup_timeout = ExponentialBackoff(
+            connect_timeout_ms, max(connect_timeout_ms, connect_timeout_max_ms or 0))
+        self.connections_max_idle_ms = connections_max_idle_ms
+        self.send_buffer_bytes = send_buffer_bytes
+        self.receive_buffer_bytes = receive_buffer_bytes
+        self.client_dns_lookup = client_dns_lookup
+        self._canonical_done = client_dns_lookup != "resolve_canonical_bootstrap_servers_only"
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._idle_marks: dict[BrokerConnection, tuple[int, float]] = {}
         self.rebootstrap_trigger_s = metadata_recovery_rebootstrap_trigger_ms / 1000.0
         self.rebootstraps = 0
         """How many times the client went back to the bootstrap servers."""
@@ -444,6 +461,8 @@ class KafkaClient:
         self._check_open()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
+        if not self._canonical_done:
+            await self._canonicalise_bootstrap()
         errors: dict[int, BaseException] = {}
         ids = list(self._bootstrap_nodes)
         while True:
@@ -553,6 +572,9 @@ class KafkaClient:
     async def close(self) -> None:
         """Close every connection and cancel connection attempts. Idempotent."""
         self._closed = True
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
         tasks = [st.task for st in self._states.values() if st.task is not None]
         for task in tasks:
             task.cancel()
@@ -640,8 +662,10 @@ class KafkaClient:
             conn = await BrokerConnection.open(
                 host, port, node_id=node_id if node_id >= 0 else None,
                 client_id=self.client_id, request_timeout_ms=self.request_timeout_ms,
-                connect_timeout_ms=self.connect_timeout_ms,
-                max_response_bytes=self.max_response_bytes, security=self.security)
+                connect_timeout_ms=round(self._setup_timeout.backoff_ms(st.failures)),
+                max_response_bytes=self.max_response_bytes, security=self.security,
+                send_buffer_bytes=self.send_buffer_bytes,
+                receive_buffer_bytes=self.receive_buffer_bytes)
         except Exception as exc:
             st.failures += 1
             st.last_error = exc
@@ -658,11 +682,79 @@ class KafkaClient:
                 conn.on_close = self._make_on_close(node_id)
                 conn.on_writable = self._notify
                 self._conns[node_id] = conn
+                self._arm_idle_check()
         finally:
             st.task = None
             if node_id not in self._nodes and node_id not in self._bootstrap_nodes:
                 self._states.pop(node_id, None)
             self._notify()
+
+    # -- connections.max.idle.ms ------------------------------------------------------
+
+    def _arm_idle_check(self) -> None:
+        if self._idle_timer is None and self.connections_max_idle_ms >= 0 and not self._closed:
+            period = min(max(self.connections_max_idle_ms / 4000.0, 0.01), 30.0)
+            self._idle_timer = asyncio.get_running_loop().call_later(
+                period, self._close_idle_connections)
+
+    def _close_idle_connections(self) -> None:
+        """Close the connections that sent no request and awaited no response for
+        ``connections_max_idle_ms`` (Java's idle expiry); they reopen when needed."""
+        self._idle_timer = None
+        if self._closed:
+            return
+        now = time.monotonic()
+        limit = self.connections_max_idle_ms / 1000.0
+        marks: dict[BrokerConnection, tuple[int, float]] = {}
+        for node_id, conn in list(self._conns.items()):
+            # The correlation id moves on with every request sent.
+            sent = conn._next_correlation_id
+            old = self._idle_marks.get(conn)
+            since = now if old is None or old[0] != sent or conn.in_flight else old[1]
+            if now - since >= limit:
+                del self._conns[node_id]
+                log.info("closing the connection to %s: idle for %d ms "
+                         "(connections.max.idle.ms)", conn, self.connections_max_idle_ms)
+                self._close_conn(conn, f"idle for {self.connections_max_idle_ms} ms")
+                self._notify()
+            else:
+                marks[conn] = (sent, since)
+        self._idle_marks = marks
+        if self._conns:
+            self._arm_idle_check()
+
+    # -- client.dns.lookup=resolve_canonical_bootstrap_servers_only ---------------------
+
+    async def _canonicalise_bootstrap(self) -> None:
+        """Replace each bootstrap server by the canonical host names of its addresses
+        (as Java's ``ClientUtils.parseAndValidateAddresses`` does for
+        ``resolve_canonical_bootstrap_servers_only``)."""
+        loop = asyncio.get_running_loop()
+        servers: list[tuple[str, int]] = []
+        for host, port in self.bootstrap_servers:
+            try:
+                infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            except OSError as exc:
+                log.warning("bootstrap server %s:%d does not resolve: %s", host, port, exc)
+                continue
+            for *_, addr in infos:
+                ip = str(addr[0])
+                try:
+                    name, _ = await loop.getnameinfo((ip, port), 0)
+                except OSError:
+                    name = ip
+                if (name, port) not in servers:
+                    servers.append((name, port))
+        self._canonical_done = True
+        if not servers or self._conns or any(st.task for st in self._states.values()):
+            return  # nothing resolved (the connection errors will say so), or in use
+        log.info("bootstrap servers %s resolved to canonical names %s",
+                 self.bootstrap_servers, servers)
+        for nid in self._bootstrap_nodes:
+            self._nodes.pop(nid, None)
+            self._states.pop(nid, None)
+        self._bootstrap_nodes = {-1 - i: addr for i, addr in enumerate(servers)}
+        self._nodes.update(self._bootstrap_nodes)
 
     def _make_on_close(self, node_id: int) -> Callable[[BrokerConnection], None]:
         def on_close(conn: BrokerConnection) -> None:
