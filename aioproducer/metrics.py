@@ -125,6 +125,10 @@ class ProducerMetrics:
         self.topic_bytes: dict[str, WindowedStat] = {}
         self.topic_errors: dict[str, WindowedStat] = {}
         self.node_latency: dict[int, WindowedStat] = {}
+        self.leader_hints_used = 0
+        """KIP-951: leaders moved from a Produce response's hint (no metadata wait)."""
+        self.throttle_time_total = 0.0
+        """KIP-219: ms the brokers' quotas kept the producer from sending (summed)."""
 
     def now(self) -> float:
         return self._clock()
@@ -196,6 +200,8 @@ class ProducerMetrics:
             "record-queue-time-max": self.queue_time.max(now),
             "produce-throttle-time-avg": self.throttle_time.avg(now),
             "produce-throttle-time-max": self.throttle_time.max(now),
+            "produce-throttle-time-total": self.throttle_time_total,
+            "leader-hints-used-total": float(self.leader_hints_used),
             "buffer-total-bytes": float(buffer_total),
             "buffer-available-bytes": float(buffer_available),
             "bufferpool-wait-ratio": self.pool_wait.rate(now) / 1e9,

@@ -69,6 +69,9 @@ _METADATA_ERRORS = frozenset({
     int(ErrorCode.inconsistent_topic_id),
 })
 _DUPLICATE_SEQUENCE = int(ErrorCode.duplicate_sequence_number)
+# Answers that may carry the partition's new leader (KIP-951).
+_LEADER_HINT_CODES = frozenset({int(ErrorCode.not_leader_or_follower),
+                                int(ErrorCode.fenced_leader_epoch)})
 # A batch too large for the broker: split it (when it holds more than one record).
 _TOO_LARGE = frozenset({int(ErrorCode.message_too_large), int(ErrorCode.record_list_too_large)})
 # Broker answers after which a batch may be in the log even so: written by the leader,
@@ -81,6 +84,10 @@ _TXN_PRODUCE_MAX = 11
 
 class Sender:
     """Moves batches from the accumulator to the brokers and completes them."""
+
+    use_leader_hints: bool = True
+    """KIP-951: follow the new leader named in a NOT_LEADER_OR_FOLLOWER answer at
+    once (False, for measurements: wait for a metadata refresh as before)."""
 
     def __init__(self, config: ProducerConfig, client: KafkaClient, metadata: Metadata,
                  accumulator: RecordAccumulator, metrics: ProducerMetrics | None = None,
@@ -116,6 +123,7 @@ class Sender:
         """Set once the Sender failed (a bug): the producer can no longer send."""
         self.on_fatal: Callable[[KafkaError], None] | None = None
         client.on_ready_change = self.wakeup
+        client.on_disconnect = lambda node: metadata.request_update()
         metadata.on_update_request = self.wakeup
         metadata.busy_topics = self._busy_topics
         metadata.on_topics_expired = self._forget_topics
@@ -469,8 +477,13 @@ class Sender:
                     self.acc.complete(b, -1, -1, None)
                 return
             throttle = response.throttle_time
-            self.metrics.response(node, self._latency_ms,
-                                  throttle.total_seconds() * 1000.0 if throttle else 0.0, now)
+            throttle_ms = throttle.total_seconds() * 1000.0 if throttle else 0.0
+            self.metrics.response(node, self._latency_ms, throttle_ms, now)
+            if throttle_ms > 0:  # KIP-219: the broker asks us to hold off this long
+                self.client.throttle(node, throttle_ms)
+                self.metrics.throttle_time_total += throttle_ms
+            endpoints = {int(e.node_id): (str(e.host), int(e.port))
+                         for e in getattr(response, "node_endpoints", ())}
             results: dict[TopicPartition, Any] = {}
             names_by_id = self.metadata.cluster.names_by_id
             for name, topic_id, part in produce_results(response):
@@ -479,7 +492,7 @@ class Sender:
                 if name is not None:
                     results[(name, int(part.index))] = part
             for b in batches:
-                self._on_partition_response(node, b, results.get(b.tp), now)
+                self._on_partition_response(node, b, results.get(b.tp), now, endpoints)
         finally:
             # The Sender has work if batches are queued (held back behind this
             # request, or retried), or if it waits for something to finish. Waking it
@@ -492,8 +505,8 @@ class Sender:
         pid = self.pid
         return pid is not None and bool(pid.recovering)
 
-    def _on_partition_response(self, node: int, b: ProducerBatch, p: Any,
-                               now: float) -> None:
+    def _on_partition_response(self, node: int, b: ProducerBatch, p: Any, now: float,
+                               endpoints: dict[int, tuple[str, int]] | None = None) -> None:
         pid = self.pid
         expired = b.result.done()  # failed at delivery_timeout_ms while in flight
         if p is None:
@@ -514,8 +527,11 @@ class Sender:
             return
         if expired:
             return  # its records already failed; the partition is marked unresolved
+        hinted = False
         if code in _METADATA_ERRORS:
             self.metadata.request_update()
+            if code in _LEADER_HINT_CODES and self.use_leader_hints:
+                hinted = self._apply_leader_hint(b, p, endpoints or {})
         msg = p.error_message or None
         if code in _TOO_LARGE and b.record_count > 1 and self.fatal_error is None:
             self._split(b, code, msg)
@@ -525,6 +541,31 @@ class Sender:
             self._fail_with_record_errors(b, code, msg, record_errors)
             return
         self._retry_or_fail(b, for_code(code, msg), now)
+        if code in _METADATA_ERRORS and not b.result.done() and (
+                hinted or self.metadata.cluster.leaders.get(b.tp) not in (None, node)):
+            # A new leader (epoch) from the hint, or metadata that came meanwhile
+            # names another leader: retry at once, as Java does, not after
+            # retry_backoff_ms.
+            b.next_attempt = now
+
+    def _apply_leader_hint(self, b: ProducerBatch, p: Any,
+                           endpoints: dict[int, tuple[str, int]]) -> bool:
+        """KIP-951: the answer named the partition's new leader (``current_leader``)
+        and the response its address (``node_endpoints``): move the leader now.
+        True if the hint was newer than what the metadata knew, and applied."""
+        hint = getattr(p, "current_leader", None)
+        if hint is None:
+            return False
+        leader, epoch = int(hint.leader_id), int(hint.leader_epoch)
+        if leader < 0 or epoch < 0:
+            return False
+        known = {leader: endpoints[leader]} if leader in endpoints else {}
+        if not self.metadata.apply_leader_hint(b.topic, b.partition, leader, epoch, known):
+            return False
+        self.metrics.leader_hints_used += 1
+        if known:
+            self.client.add_nodes(known)
+        return True
 
     def _split(self, b: ProducerBatch, code: int, msg: str | None) -> None:
         loop = b.result.get_loop()
@@ -739,4 +780,3 @@ def _log_append_ms(value: Any) -> int:
     if isinstance(value, datetime.datetime):
         return int(value.timestamp() * 1000)
     return int(value)
-
