@@ -193,6 +193,9 @@ class KafkaClient:
         self.reconnect_backoff_max_ms = max(reconnect_backoff_max_ms, reconnect_backoff_ms)
         self.on_ready_change: Callable[[], None] | None = None
         """Called when a connection finishes connecting (or fails to), or is lost."""
+        self.on_disconnect: Callable[[int], None] | None = None
+        """Called with the node id when connecting to a node fails or its connection is
+        lost (not closed by us): the metadata may be stale (Java requests an update)."""
         self._bootstrap_nodes: dict[int, tuple[str, int]] = {
             -1 - i: addr for i, addr in enumerate(self.bootstrap_servers)
         }
@@ -673,6 +676,7 @@ class KafkaClient:
             log.log(logging.WARNING if st.failures == 1 else logging.DEBUG,
                     "connecting to %s failed (%d in a row): %s",
                     self._describe(node_id), st.failures, exc)
+            self._disconnected(node_id)
         else:
             if self._closed or self._address(node_id) != (host, port):
                 self._close_conn(conn, "no longer needed")
@@ -769,8 +773,17 @@ class KafkaClient:
                     f"connection to {conn} lost: {conn.close_reason}")
                 if not self._closed:
                     st.next_attempt = time.monotonic() + self._backoff_s(1)
+                    self._disconnected(node_id)
                     self._notify()
         return on_close
+
+    def _disconnected(self, node_id: int) -> None:
+        cb = self.on_disconnect
+        if cb is not None and not self._closed:
+            try:
+                cb(node_id)
+            except Exception:  # pragma: no cover - owner's bug
+                log.exception("on_disconnect callback failed")
 
     def _close_conn(self, conn: BrokerConnection, reason: str) -> None:
         # Keep closing connections until their transport is gone, so close() can
