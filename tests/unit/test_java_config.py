@@ -326,3 +326,13 @@ def test_from_properties_text_and_overrides(tmp_path: Path) -> None:
     assert ProducerConfig.from_properties(path).linger_ms == 7
     with pytest.raises(ConfigError, match="unknown producer option 'nope'"):
         ProducerConfig.from_properties("nope=1\n")
+
+
+def test_the_configuration_page_lists_every_option_with_its_status() -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
+    rows = {line.split("|")[1].strip().strip("`"): line.split("|")[2].strip()
+            for line in page.splitlines() if line.startswith("| `")}
+    for opt in JAVA_OPTIONS:
+        if opt.name in ("batch.max.size", "receive.message.max.bytes"):
+            continue  # aioproducer's own dotted names
+        assert rows.get(opt.name) == opt.status, opt.name
