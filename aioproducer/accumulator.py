@@ -169,14 +169,16 @@ class RecordAccumulator:
 
     async def append(self, topic: str, info: TopicInfo, partition: int, timestamp: int,
                      key: object, value: object, headers: object, record_size: int, *,
-                     sticky: StickyPartitioner | None, max_block_s: float) -> AppendResult:
+                     sticky: StickyPartitioner | None, max_block_s: float,
+                     guard: Callable[[], None] | None = None) -> AppendResult:
         """Append one record (Java's ``RecordAccumulator.append``).
 
         Tries the partition's open batch; a keyless record whose sticky partition
         needs a new batch moves to another partition first (``sticky``, KIP-480);
         otherwise a new batch is opened in a block from the pool, waiting for memory
         up to ``max_block_s``. Every ``await`` comes before the record is appended: a
-        cancelled call buffered nothing.
+        cancelled call buffered nothing. ``guard`` (transactions) is called after each
+        ``await``, right before appending: if it raises, nothing is buffered.
         """
         n = len(info.partitions)
         route = self.appender.route(topic)
@@ -197,6 +199,8 @@ class RecordAccumulator:
             # pool is full. Once per batch, not per record, keeps the hot path cheap.
             await asyncio.sleep(0)
             self._check_open()
+            if guard is not None:
+                guard()
             appended = self.try_append(tp, timestamp, key, value, headers)
             if appended is not None:
                 return AppendResult(appended[0], appended[1], False)
@@ -204,6 +208,12 @@ class RecordAccumulator:
         if self._refusal is not None:
             self.release_block(block)
             self._check_open()
+        if guard is not None:
+            try:
+                guard()
+            except BaseException:
+                self.release_block(block)
+                raise
         # Another send may have opened a batch for this partition while we waited.
         appended = self.try_append(tp, timestamp, key, value, headers)
         if appended is not None:

@@ -7,6 +7,8 @@ the ``retriable`` flag of Kafka's own ``Errors`` table), so the Sender never gue
 
 from __future__ import annotations
 
+import enum
+
 from kio.schema.errors import ErrorCode
 
 __all__ = [
@@ -17,6 +19,7 @@ __all__ = [
     "ClusterAuthorizationError",
     "ConfigError",
     "DeliveryTimeoutError",
+    "ErrorCategory",
     "GroupAuthorizationError",
     "IllegalStateError",
     "InvalidProducerEpochError",
@@ -45,14 +48,42 @@ __all__ = [
     "UnknownTopicError",
     "UnknownTopicOrPartitionError",
     "UnsupportedVersionError",
+    "category_of",
     "for_code",
 ]
 
 
+class ErrorCategory(enum.Enum):
+    """What the caller of a (transactional) producer does about an error: KIP-1050's
+    categories, one per error (``exc.category``). See docs/transactions.md."""
+
+    RETRIABLE = "retriable"
+    """Nothing was lost; the producer already retried within its bounds: call again."""
+    REFRESH_AND_RETRY = "refresh-and-retry"
+    """Stale routing (leader, coordinator, topic); the producer refreshes its metadata
+    by itself: call again."""
+    ABORTABLE = "abortable"
+    """The transaction cannot commit: abort_transaction(), rewind the input to the last
+    committed offsets, begin again. The producer stays usable."""
+    APPLICATION_RECOVERABLE = "application-recoverable"
+    """This producer instance is finished (fenced by a newer one, its producer id
+    gone): close it; a new producer with the same transactional_id and
+    init_transactions() take over, if this process should still be the owner."""
+    INVALID_CONFIGURATION = "invalid-configuration"
+    """A setting, an ACL or a version is wrong: close the producer and fix the
+    configuration; retrying cannot succeed."""
+    FATAL = "fatal"
+    """A bug or an unusable producer (used after close, in the wrong state): close it
+    and stop."""
+
+
 class KafkaError(Exception):
-    """Base class of every error aioproducer raises on purpose."""
+    """Base class of every error aioproducer raises on purpose.
+
+    ``category`` (:class:`ErrorCategory`) says what the caller does about it."""
 
     retriable: bool = False
+    category: ErrorCategory = ErrorCategory.FATAL
 
 
 class ConfigError(KafkaError, ValueError):
@@ -148,6 +179,7 @@ class BrokerResponseError(KafkaError):
         if code is not None:
             self.code = code
         self.retriable = bool(self.code.retriable)
+        self.category = _category_of(type(self), int(self.code), self.retriable)
         text = f"[{self.code.name.upper()} ({int(self.code)})]"
         super().__init__(f"{text} {message}" if message else text)
 
@@ -287,3 +319,73 @@ def for_code(code: int, message: str | None = None) -> BrokerResponseError:
     cls = _BY_CODE.get(int(ec), BrokerResponseError)
     return cls(message, code=ec)
 
+
+
+# -- KIP-1050 categories --------------------------------------------------------------
+
+_C = ErrorCategory
+#: Categories of the error classes (subclasses inherit them).
+_CLASS_CATEGORY: dict[type[KafkaError], ErrorCategory] = {
+    ConfigError: _C.INVALID_CONFIGURATION,
+    UnsupportedVersionError: _C.INVALID_CONFIGURATION,
+    AuthenticationError: _C.INVALID_CONFIGURATION,
+    TLSError: _C.INVALID_CONFIGURATION,
+    KafkaTimeoutError: _C.RETRIABLE,
+    KafkaConnectionError: _C.RETRIABLE,
+    RequestTimedOutError: _C.RETRIABLE,
+    ProtocolError: _C.RETRIABLE,
+    # A record that failed in a transaction (it expired, or the broker or send()
+    # refused it): the transaction must be aborted (Java's maybeTransitionToErrorState).
+    DeliveryTimeoutError: _C.ABORTABLE,
+    SerializationError: _C.ABORTABLE,
+    RecordTooLargeError: _C.ABORTABLE,
+    PartitionError: _C.ABORTABLE,
+    BatchRejectedError: _C.ABORTABLE,
+    TransactionAbortableError: _C.ABORTABLE,
+    TransactionAbortedError: _C.ABORTABLE,
+    IllegalStateError: _C.FATAL,
+}
+for _cls, _cat in _CLASS_CATEGORY.items():
+    _cls.category = _cat
+UnknownPartitionError.category = _C.REFRESH_AND_RETRY
+UnknownTopicError.category = _C.REFRESH_AND_RETRY
+
+_E = ErrorCode
+#: Categories of broker error codes (a retriable code not listed is RETRIABLE, any
+#: other code not listed ABORTABLE: it failed a request of the transaction).
+CODE_CATEGORY: dict[int, ErrorCategory] = {
+    **{int(c): _C.REFRESH_AND_RETRY for c in (
+        _E.not_leader_or_follower, _E.unknown_topic_or_partition, _E.leader_not_available,
+        _E.fenced_leader_epoch, _E.unknown_leader_epoch, _E.not_coordinator,
+        _E.coordinator_not_available, _E.unknown_topic_id, _E.inconsistent_topic_id)},
+    **{int(c): _C.ABORTABLE for c in (
+        _E.invalid_producer_epoch,  # from a partition leader: KIP-588
+        _E.transaction_abortable, _E.unknown_producer_id, _E.out_of_order_sequence_number,
+        _E.message_too_large, _E.record_list_too_large, _E.invalid_record,
+        _E.corrupt_message)},
+    **{int(c): _C.APPLICATION_RECOVERABLE for c in (
+        _E.producer_fenced, _E.transaction_coordinator_fenced,
+        _E.invalid_producer_id_mapping, _E.invalid_txn_state)},
+    **{int(c): _C.INVALID_CONFIGURATION for c in (
+        _E.topic_authorization_failed, _E.group_authorization_failed,
+        _E.cluster_authorization_failed, _E.transactional_id_authorization_failed,
+        _E.invalid_transaction_timeout, _E.unsupported_for_message_format,
+        _E.unsupported_version, _E.invalid_topic_exception, _E.invalid_required_acks,
+        _E.sasl_authentication_failed, _E.security_disabled)},
+}
+
+
+def _category_of(cls: type[BrokerResponseError], code: int, retriable: bool
+                  ) -> ErrorCategory:
+    if cls is ProducerFencedError or issubclass(cls, ProducerFencedError):
+        return _C.APPLICATION_RECOVERABLE  # whatever code said "fenced"
+    cat = CODE_CATEGORY.get(code)
+    if cat is not None:
+        return cat
+    return _C.RETRIABLE if retriable else _C.ABORTABLE
+
+
+def category_of(exc: BaseException) -> ErrorCategory:
+    """The category of any exception a producer call raised (FATAL for one that is
+    not a :class:`KafkaError`: a bug)."""
+    return exc.category if isinstance(exc, KafkaError) else _C.FATAL

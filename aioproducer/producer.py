@@ -7,8 +7,9 @@ import logging
 import time
 import warnings
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
+from functools import partial
 from typing import Any, NoReturn
 
 from ._lifecycle import check_loop, raise_not_running
@@ -291,12 +292,26 @@ class Producer:
         if self._state != _RUNNING or asyncio.get_running_loop() is not self._loop:
             self._raise_not_running()
         self._raise_if_failed()
-        if self._txn is not None:
-            self._txn.check_send()
+        txn = self._txn
+        if txn is not None:
+            txn.check_send()
             if self._fast and headers is None:
+                # Appends now, without suspending: into the open transaction.
                 fut = self._appender.append(topic, value, key, partition, timestamp_ms)
                 if fut is not None:
                     return fut
+            # The slow path may suspend (metadata, memory): the record goes into the
+            # transaction open now or nowhere (commit waits for it to be appended).
+            number = txn.join()
+            try:
+                guard = partial(txn.machine.check_joined, number)
+                if self._interceptors:
+                    return await self._send_intercepted(topic, value, key, partition,
+                                                        timestamp_ms, headers, guard)
+                return await self._send_slow(topic, value, key, partition, timestamp_ms,
+                                             headers, guard)
+            finally:
+                txn.leave()
         if self._interceptors:
             return await self._send_intercepted(topic, value, key, partition, timestamp_ms,
                                                 headers)
@@ -304,13 +319,14 @@ class Producer:
 
     async def _send_intercepted(self, topic: str, value: Any, key: Any,
                                 partition: int | None, timestamp_ms: int | None,
-                                headers: Sequence[Header] | None) -> RecordFuture:
+                                headers: Sequence[Header] | None,
+                                guard: Callable[[], None] | None = None) -> RecordFuture:
         chain = self._interceptors
         rec = chain.on_send(ProducerRecord(topic, value, key, partition, timestamp_ms,
                                            headers))
         try:
             fut = await self._send_slow(rec.topic, rec.value, rec.key, rec.partition,
-                                        rec.timestamp_ms, rec.headers)
+                                        rec.timestamp_ms, rec.headers, guard)
         except Exception as exc:
             chain.on_acknowledgement(RecordMetadata(
                 rec.topic, rec.partition if rec.partition is not None else -1, -1, -1, -1, -1),
@@ -329,7 +345,8 @@ class Producer:
 
     async def _send_slow(self, topic: str, value: Any, key: Any, partition: int | None,
                          timestamp_ms: int | None,
-                         headers: Sequence[Header] | None) -> RecordFuture:
+                         headers: Sequence[Header] | None,
+                         guard: Callable[[], None] | None = None) -> RecordFuture:
         """Everything the native fast path leaves to Python: serializers, type checks
         with typed errors, metadata waits, new batches, memory waits, headers."""
         key, value, checked, timestamp_ms = prepare_record(
@@ -347,6 +364,8 @@ class Producer:
             info = await self._metadata.wait_for_topic(topic, self._max_block_s, wanted)
             if self._state != _RUNNING:
                 self._raise_not_running()
+            if guard is not None:
+                guard()
             self._accumulator.learn_growth_cap(topic)
         partitioner = self._partitioner
         part = partitioner.partition(topic, key, partition, info)
@@ -354,7 +373,7 @@ class Producer:
         res = await self._accumulator.append(
             topic, info, part, timestamp_ms, key, value, checked, record_size,
             sticky=partitioner if partitioner.is_sticky_choice(topic, key, partition)
-            else None, max_block_s=max(remaining, 0.0))
+            else None, max_block_s=max(remaining, 0.0), guard=guard)
         if res.new_batch:
             self._on_new_batch(res.batch)
         batch, index = res.batch, res.index
@@ -376,8 +395,20 @@ class Producer:
         if self._state != _RUNNING or asyncio.get_running_loop() is not self._loop:
             self._raise_not_running()
         self._raise_if_failed()
-        if self._txn is not None:
-            self._txn.check_send()
+        txn = self._txn
+        if txn is None:
+            return await self._send_many(topic, values, keys, partition, timestamp_ms, None)
+        number = txn.join()
+        try:
+            return await self._send_many(topic, values, keys, partition, timestamp_ms,
+                                         partial(txn.machine.check_joined, number))
+        finally:
+            txn.leave()
+
+    async def _send_many(self, topic: str, values: Sequence[Any],
+                         keys: Sequence[Any] | None, partition: int | None,
+                         timestamp_ms: int | None,
+                         guard: Callable[[], None] | None) -> SendManyResult:
         vals = values if type(values) is list else list(values)
         ks = None if keys is None else (keys if type(keys) is list else list(keys))
         if ks is not None and len(ks) != len(vals):
@@ -389,13 +420,15 @@ class Producer:
         i = 0
         while i < n:
             if append_many is not None:
+                if guard is not None and i:
+                    guard()  # the loop suspended since the last check
                 i = append_many(topic, vals, ks, i, partition, timestamp_ms, touched)
                 if i >= n:
                     break
             try:
                 send_one = self._send_intercepted if self._interceptors else self._send_slow
                 fut = await send_one(topic, vals[i], None if ks is None else ks[i],
-                                     partition, timestamp_ms, None)
+                                     partition, timestamp_ms, None, guard)
             except BaseException as exc:
                 # Also when cancelled: the records buffered so far cannot be taken
                 # back and will be sent; say so (a cancelled call also hands over
@@ -466,6 +499,28 @@ class Producer:
                 f"{what}: this producer is not transactional; set transactional_id")
         return self._txn
 
+    @property
+    def transaction_version(self) -> int | None:
+        """The transaction protocol in use: 2 (KIP-890: partitions join implicitly,
+        every commit or abort bumps the epoch) when the cluster's finalized
+        ``transaction.version`` feature is 2 or more, else 1; None before
+        :meth:`init_transactions` (and for a producer that is not transactional)."""
+        txn = self._txn
+        return None if txn is None else txn.machine.version
+
+    @property
+    def transaction_sequence(self) -> int:
+        """The number of the transaction begun last (1 for the first, 0 before it).
+
+        A ``send()`` joins the transaction open when it is *called*: read this just
+        before the call. If ``send()`` returns, the record is in that transaction (a
+        commit waits for sends that joined to finish appending); if that transaction
+        is aborted before the record could be appended, ``send()`` raises
+        :class:`TransactionAbortedError` and nothing was buffered. A ``send()`` called
+        while a commit or abort runs, or with no transaction open, raises."""
+        txn = self._txn
+        return 0 if txn is None else txn.machine.number
+
     async def init_transactions(self) -> None:
         """Register ``transactional_id`` with its coordinator; call once, before the
         first transaction.
@@ -486,7 +541,16 @@ class Producer:
         If a record of the transaction failed, raises
         :class:`TransactionAbortableError`: call :meth:`abort_transaction`.
         """
-        await self._transactions("commit_transaction()").commit(self.flush)
+        await self._transactions("commit_transaction()").commit(self.flush, self._hurry)
+
+    def _hurry(self, on: bool) -> None:
+        """While commit_transaction() waits for sends to append: every batch is
+        sendable at once (as during flush()), so sends waiting for memory get it."""
+        if on:
+            self._accumulator.begin_flush()
+            self._wake_sender()
+        else:
+            self._accumulator.end_flush()
 
     async def abort_transaction(self) -> None:
         """Abort the transaction: records not yet sent fail with

@@ -48,7 +48,7 @@ from .net.protocol import (
     produce_results,
 )
 from .producer_id import ProducerIdManager
-from .transaction_state import FENCED_CODES
+from .transaction_state import PRODUCE_FENCED_CODES
 from .transactions import TransactionManager
 
 __all__ = ["Sender"]
@@ -78,8 +78,7 @@ _TOO_LARGE = frozenset({int(ErrorCode.message_too_large), int(ErrorCode.record_l
 # not (yet) by enough replicas.
 _MAYBE_WRITTEN = frozenset({int(ErrorCode.not_enough_replicas_after_append),
                             int(ErrorCode.request_timed_out)})
-# Produce v12+ belongs to transaction version 2; transactions here use version 1.
-_TXN_PRODUCE_MAX = 11
+# Produce v12+ belongs to transaction version 2 (TransactionManager.produce_max_version).
 
 
 class Sender:
@@ -362,8 +361,8 @@ class Sender:
                 self.acc.reenqueue(b, now)
             return
         try:
-            version = conn.version_for(_PRODUCE, 9,
-                                       13 if self.txn is None else _TXN_PRODUCE_MAX)
+            version = conn.version_for(_PRODUCE, 9, 13 if self.txn is None
+                                       else self.txn.produce_max_version)
         except UnsupportedVersionError as exc:
             for b in batches:
                 self._fail(b, exc, written=False)
@@ -598,7 +597,7 @@ class Sender:
     def _retry_or_fail(self, b: ProducerBatch, exc: BaseException, now: float) -> None:
         txn = self.txn
         if txn is not None and isinstance(exc, BrokerResponseError) \
-                and int(exc.code) in FENCED_CODES:
+                and int(exc.code) in PRODUCE_FENCED_CODES:
             self._fail(b, txn.fenced(int(exc.code), str(exc)), written=False)  # fatal
             return
         retriable = bool(getattr(exc, "retriable", False))

@@ -45,6 +45,7 @@ from .errors import (
 __all__ = [
     "FATAL_CODES",
     "FENCED_CODES",
+    "PRODUCE_FENCED_CODES",
     "TRANSITIONS",
     "TxnState",
     "TxnStateMachine",
@@ -90,6 +91,10 @@ def is_transition_valid(source: TxnState, target: TxnState) -> bool:
 FENCED_CODES: frozenset[int] = frozenset({
     int(ErrorCode.producer_fenced), int(ErrorCode.invalid_producer_epoch),
     int(ErrorCode.transaction_coordinator_fenced)})
+#: The fencing codes of a *partition leader's* Produce answer. INVALID_PRODUCER_EPOCH is
+#: not one of them there (KIP-588, as Java): the transaction is abortable, and the
+#: abort's epoch bump recovers; from a coordinator it still means fenced.
+PRODUCE_FENCED_CODES: frozenset[int] = FENCED_CODES - {int(ErrorCode.invalid_producer_epoch)}
 #: Error codes of a coordinator answer after which this producer can do nothing more.
 FATAL_CODES: frozenset[int] = FENCED_CODES | {
     int(ErrorCode.transactional_id_authorization_failed),

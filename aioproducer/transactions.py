@@ -43,6 +43,7 @@ from .config import ProducerConfig
 from .errors import (
     BrokerResponseError,
     IllegalStateError,
+    InvalidProducerEpochError,
     KafkaConnectionError,
     KafkaError,
     KafkaTimeoutError,
@@ -316,6 +317,10 @@ class TransactionManager:
     def fail(self, exc: BaseException) -> None:
         """A batch or a request of this transaction failed."""
         entered = self.machine.fail(exc)
+        if isinstance(exc, InvalidProducerEpochError):
+            # KIP-588: abortable; the abort bumps the epoch (EndTxn v5 does it in
+            # version 2, an InitProducerId after EndTxn in version 1).
+            self._pid.bump_needed = True
         if entered is TxnState.FATAL_ERROR:
             self._log_fatal(exc)
         elif entered is TxnState.ABORTABLE_ERROR:
@@ -370,6 +375,11 @@ class TransactionManager:
             if exc.retriable:
                 self._add_failures += 1
                 delay = min(self._backoff * 2 ** (self._add_failures - 1), self._backoff_max)
+                if isinstance(exc, BrokerResponseError) and not self.added and \
+                        int(exc.code) == int(ErrorCode.concurrent_transactions):
+                    # The previous transaction is still completing: try again soon
+                    # (Java's 20 ms, for the transaction's first partitions).
+                    delay = min(delay, _SHORT_BACKOFF)
                 self._add_next = asyncio.get_running_loop().time() + delay
                 log.debug("AddPartitionsToTxn failed (%s); retrying in %.0f ms", exc,
                           delay * 1000)
@@ -635,15 +645,18 @@ class TransactionManager:
             return worst
 
         await self._coordinator_call(_GROUP, group.group_id, "TxnOffsetCommit", call,
-                                     self._max_block_s)
+                                     self._max_block_s, retry_retriable=True)
 
     # -- coordinators ----------------------------------------------------------------
 
     async def _coordinator_call(self, key_type: int, key: str, what: str,
                                 call: Callable[[BrokerConnection], Awaitable[int]],
-                                timeout_s: float, *, retry: bool = True) -> None:
+                                timeout_s: float, *, retry: bool = True,
+                                retry_retriable: bool = False) -> None:
         """Run ``call`` on the coordinator for ``key`` until it answers 0, an error
-        that is not retriable (raised), or ``timeout_s`` passes (KafkaTimeoutError)."""
+        that is not retriable (raised), or ``timeout_s`` passes (KafkaTimeoutError).
+        ``retry_retriable``: every code Kafka marks retriable is retried (as Java's
+        TxnOffsetCommit handler), not only the coordinator codes."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         failures = 0
@@ -676,7 +689,7 @@ class TransactionManager:
                     raise err
                 if code in _COORDINATOR_MOVED:
                     self._coordinators.pop((key_type, key), None)
-                elif code not in _RETRY_LATER:
+                elif code not in _RETRY_LATER and not (retry_retriable and err.retriable):
                     raise err
                 last = err
             if not retry:

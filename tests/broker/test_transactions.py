@@ -1,6 +1,9 @@
 """Transactions against Apache Kafka, read back by confluent-kafka (read_committed and
 read_uncommitted): commit/abort, the state machine, fencing, abortable errors,
-consume-transform-produce across a crash, and a producer killed mid-transaction."""
+consume-transform-produce across a crash, and a producer killed mid-transaction.
+
+Every test runs twice: on a broker whose finalized ``transaction.version`` is 1 (the
+classic protocol) and on one where it is 2 (KIP-890), see tests/support/txn_brokers.py."""
 
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from support.kafka_util import consume_all, partition_offsets
+from support.txn_brokers import TxnBroker, txn_broker_fixture
 
 from aioproducer import (
     BrokerResponseError,
@@ -28,10 +32,18 @@ from aioproducer import (
     TransactionAbortableError,
     TransactionAbortedError,
 )
-from aioproducer.errors import MessageTooLargeError
+from aioproducer.errors import InvalidProducerEpochError, MessageTooLargeError
 from aioproducer.transactions import TxnState
 
 pytestmark = pytest.mark.asyncio
+
+txn_broker = txn_broker_fixture()
+
+
+@pytest.fixture(scope="module")
+def kafka_bootstrap(txn_broker: TxnBroker) -> str:
+    """Every test (and the plugin's topic factory) uses this module's broker."""
+    return txn_broker.bootstrap
 
 WORKER = str(Path(__file__).resolve().parent.parent / "support" / "txn_worker.py")
 
@@ -179,11 +191,16 @@ async def test_fencing_second_producer_takes_over(kafka_bootstrap: str,
             await second.init_transactions()  # fences `first`, aborts its transaction
 
             # The zombie's next write (a new partition) and its commit are refused.
+            # Version 1: AddPartitionsToTxn says PRODUCER_FENCED (fatal). Version 2:
+            # the partition leader says INVALID_PRODUCER_EPOCH, abortable (KIP-588, as
+            # Java), and the abort's EndTxn then says PRODUCER_FENCED (fatal).
             late = await first.send(topic, b"zombie-late", partition=1)
-            with pytest.raises(ProducerFencedError):
+            with pytest.raises((ProducerFencedError, InvalidProducerEpochError)):
                 await late
-            with pytest.raises(ProducerFencedError):
+            with pytest.raises((ProducerFencedError, TransactionAbortableError)):
                 await first.commit_transaction()
+            with pytest.raises(ProducerFencedError):
+                await first.abort_transaction()
             # ...and it can do nothing more.
             with pytest.raises(ProducerFencedError):
                 await first.send(topic, b"zombie-again")
@@ -204,7 +221,8 @@ async def test_fencing_second_producer_takes_over(kafka_bootstrap: str,
 async def test_fenced_while_batches_are_in_the_log(kafka_bootstrap: str,
                                                    topic_factory: Any) -> None:
     """The zombie's next batch to a partition it already wrote to is refused by the
-    partition leader itself (the abort marker carries the newer epoch)."""
+    partition leader itself (the abort marker carries the newer epoch): with
+    INVALID_PRODUCER_EPOCH, abortable as in Java (KIP-588); the abort is then fenced."""
     topic = topic_factory()
     tid = txn_id()
     async with tx_producer(kafka_bootstrap, tid) as first:
@@ -214,8 +232,12 @@ async def test_fenced_while_batches_are_in_the_log(kafka_bootstrap: str,
         async with tx_producer(kafka_bootstrap, tid) as second:
             await second.init_transactions()
             fut = await first.send(topic, b"two")
-            with pytest.raises(ProducerFencedError):
+            with pytest.raises((ProducerFencedError, InvalidProducerEpochError)):
                 await fut
+            with pytest.raises(ProducerFencedError):
+                await first.abort_transaction()
+            with pytest.raises(ProducerFencedError):
+                first.begin_transaction()
     assert consume_all(kafka_bootstrap, topic, 0, timeout=10,
                        isolation="read_committed") == []
 

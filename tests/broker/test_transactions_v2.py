@@ -200,3 +200,70 @@ async def test_concurrent_sends_land_in_the_transaction_they_joined(
     for n, ids in by_txn.items():
         assert ids == {rid for rid, m in joined.items() if m == n}
     assert len(expected) > 200
+
+
+# -- Produce errors as Java 4.x handles them (the proxy answers the Produce request) ----
+
+
+@pytest.mark.parametrize("code", [47, 120], ids=["INVALID_PRODUCER_EPOCH",
+                                                 "TRANSACTION_ABORTABLE"])
+async def test_produce_error_is_abortable(txn_broker: TxnBroker, topic_factory: Any,
+                                          code: int) -> None:
+    """INVALID_PRODUCER_EPOCH (KIP-588) and TRANSACTION_ABORTABLE from a partition
+    leader make the transaction abortable, not the producer unusable: abort, then the
+    next transaction commits (the epoch bumped by the abort)."""
+    from support.produce_response import AnsweringProxyCluster
+
+    from aioproducer.errors import KafkaError
+
+    topic = topic_factory()
+    async with AnsweringProxyCluster.start(txn_broker.bootstrap) as proxies, \
+            Producer(bootstrap_servers=proxies.bootstrap, linger_ms=0,
+                     transactional_id=f"abortable-{code}-{time.time_ns()}",
+                     max_block_ms=20_000, delivery_timeout_ms=30_000) as producer:
+        await producer.init_transactions()
+        pid = producer._txn._pid  # type: ignore[union-attr]
+        epoch0 = pid.epoch
+        producer.begin_transaction()
+        await (await producer.send(topic, b"before"))
+        for proxy in proxies.proxies.values():
+            proxy.answer_produce(code)
+        fut = await producer.send(topic, b"refused")
+        with pytest.raises(KafkaError) as info:
+            await asyncio.wait_for(fut, 20)
+        assert int(info.value.code) == code  # type: ignore[attr-defined]
+        assert producer._txn.state is TxnState.ABORTABLE_ERROR  # type: ignore[union-attr]
+        with pytest.raises(TransactionAbortableError):
+            await producer.commit_transaction()
+        await producer.abort_transaction()
+        assert pid.epoch > epoch0  # the abort bumped the epoch
+        producer.begin_transaction()
+        await producer.send(topic, b"after")
+        await producer.commit_transaction()
+    got = consume_all(txn_broker.bootstrap, topic, 1, isolation="read_committed")
+    assert [r.value for r in got] == [b"after"]
+
+
+async def test_cluster_authorization_failed_on_produce_is_fatal(
+        txn_broker: TxnBroker, topic_factory: Any) -> None:
+    from support.produce_response import AnsweringProxyCluster
+
+    from aioproducer.errors import ClusterAuthorizationError
+
+    topic = topic_factory()
+    async with AnsweringProxyCluster.start(txn_broker.bootstrap) as proxies, \
+            Producer(bootstrap_servers=proxies.bootstrap, linger_ms=0,
+                     transactional_id=f"clusterauth-{time.time_ns()}",
+                     max_block_ms=20_000) as producer:
+        await producer.init_transactions()
+        producer.begin_transaction()
+        for proxy in proxies.proxies.values():
+            proxy.answer_produce(31)  # CLUSTER_AUTHORIZATION_FAILED
+        fut = await producer.send(topic, b"x")
+        with pytest.raises(ClusterAuthorizationError):
+            await asyncio.wait_for(fut, 20)
+        assert producer._txn.state is TxnState.FATAL_ERROR  # type: ignore[union-attr]
+        with pytest.raises(ClusterAuthorizationError):
+            await producer.abort_transaction()
+        with pytest.raises(ClusterAuthorizationError):
+            await producer.send(topic, b"y")

@@ -114,6 +114,7 @@ __all__ = [
 API_PRODUCE = 0
 API_FETCH = 1
 API_METADATA = 3
+_API_FIND_COORDINATOR = 10
 API_API_VERSIONS = 18
 API_INIT_PRODUCER_ID = 22
 API_DESCRIBE_CLUSTER = 60
@@ -653,7 +654,8 @@ class FaultProxy:
             api_key = entry.api_key if entry is not None else None
             delay = self._delay_for(api_key)
             rewrite = (self.rewrite_addresses is not None and entry is not None
-                       and entry.api_key in (API_METADATA, API_DESCRIBE_CLUSTER))
+                       and entry.api_key in (API_METADATA, API_DESCRIBE_CLUSTER,
+                                             _API_FIND_COORDINATOR))
             corrupt = self._corrupter(entry)
             if delay or rewrite or corrupt:
                 payload = head[4:] + await reader.readexactly(size - 4)
@@ -687,7 +689,8 @@ class FaultProxy:
             await writer.drain()
 
     async def _rewrite(self, entry: _Pending, payload: bytes) -> bytes:
-        """Rewrite broker addresses in a Metadata / DescribeCluster response payload."""
+        """Rewrite broker addresses in a Metadata / DescribeCluster / FindCoordinator
+        response payload."""
         rewrite = self.rewrite_addresses
         assert rewrite is not None
         try:
@@ -701,6 +704,9 @@ class FaultProxy:
         except Exception:
             self.stats["rewrite_errors"] += 1
             return payload
+        if entry.api_key == _API_FIND_COORDINATOR:
+            return await self._rewrite_coordinators(header_schema, header, schema, response,
+                                                    payload)
         if entry.api_key == API_DESCRIBE_CLUSTER:
             if getattr(response, "endpoint_type", 1) != 1:  # controllers: leave alone
                 return payload
@@ -718,6 +724,37 @@ class FaultProxy:
         if not changed:
             return payload
         response = dataclasses.replace(response, brokers=tuple(brokers))
+        buf = io.BytesIO()
+        entity_writer(header_schema)(buf, header)
+        entity_writer(schema)(buf, response)
+        self.stats["responses_rewritten"] += 1
+        return buf.getvalue()
+
+
+    async def _rewrite_coordinators(self, header_schema: Any, header: Any, schema: Any,
+                                    response: Any, payload: bytes) -> bytes:
+        """A FindCoordinator answer names the coordinator's address too (transactional
+        producers connect to it): rewrite it like Metadata's brokers."""
+        rewrite = self.rewrite_addresses
+        assert rewrite is not None
+        changed = False
+        if hasattr(response, "coordinators"):  # v4+
+            coordinators = []
+            for c in response.coordinators:
+                new = await rewrite(int(c.node_id), str(c.host), int(c.port)) \
+                    if int(c.node_id) >= 0 else None
+                if new is not None and (new[0], new[1]) != (c.host, c.port):
+                    c = dataclasses.replace(c, host=new[0], port=i32(new[1]))
+                    changed = True
+                coordinators.append(c)
+            response = dataclasses.replace(response, coordinators=tuple(coordinators))
+        elif int(response.node_id) >= 0:
+            new = await rewrite(int(response.node_id), str(response.host), int(response.port))
+            if new is not None and (new[0], new[1]) != (response.host, response.port):
+                response = dataclasses.replace(response, host=new[0], port=i32(new[1]))
+                changed = True
+        if not changed:
+            return payload
         buf = io.BytesIO()
         entity_writer(header_schema)(buf, header)
         entity_writer(schema)(buf, response)
