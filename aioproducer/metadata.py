@@ -472,12 +472,16 @@ class Metadata:
                          ", ..." if len(moved) > 10 else "")
             log.debug("metadata version %d: %d topics, %d nodes", self.version,
                       len(new.topics), len(new.nodes))
+        # New topics too: a route made meanwhile (a send that waited for memory while
+        # its topic expired) gets the count of the metadata.
         counts = {name: len(info.partitions) for name, info in new.topics.items()
-                  if (o := old.topics.get(name)) is not None
-                  and len(o.partitions) != len(info.partitions)}
+                  if (o := old.topics.get(name)) is None
+                  or len(o.partitions) != len(info.partitions)}
         if counts:
-            log.info("metadata version %d: partition count changed: %s", self.version,
-                     ", ".join(f"{t}={n}" for t, n in sorted(counts.items())))
+            changed = [f"{t}={n}" for t, n in sorted(counts.items()) if t in old.topics]
+            if changed:
+                log.info("metadata version %d: partition count changed: %s", self.version,
+                         ", ".join(changed))
             if self.on_partition_counts is not None:
                 self.on_partition_counts(counts)
         if expired and self.on_topics_expired is not None:

@@ -254,6 +254,7 @@ class Sender:
         muted = self._muted()
         res = self.acc.ready(cluster, now, muted, self.in_flight)
         if res.unknown_leaders:
+            self._want_queued_topics()
             self.metadata.request_update()
         sendable = []
         for node in res.nodes:
@@ -718,6 +719,14 @@ class Sender:
         busy.update(tp[0] for tp, dq in self.in_flight.items() if dq)
         busy.update(tp[0] for tp, dq in self.acc.batches.items() if dq)
         return busy
+
+    def _want_queued_topics(self) -> None:
+        """Batches without a leader: make sure their topics are asked for (a send that
+        waited for memory may have appended after its topic expired)."""
+        md = self.metadata
+        for tp, dq in self.acc.batches.items():
+            if dq and tp[0] not in md.topics:
+                md.add_topic(tp[0])
 
     def _forget_topics(self, topics: list[str]) -> None:
         """Topics that expired from the metadata: drop their per-topic state."""

@@ -376,3 +376,23 @@ def test_batch_retries_back_off_exponentially_with_jitter() -> None:
         assert len(set(delays[:4])) == 4
     finally:
         loop.close()
+
+
+@pytest.mark.asyncio
+async def test_a_batch_appended_after_its_topic_expired_brings_the_topic_back() -> None:
+    # A send that waited for memory while its topic expired appends anyway: its topic
+    # is asked for again, and the route it made gets the metadata's count.
+    md = metadata(max_idle_ms=1000)
+    sender, acc = sender_for(ProducerConfig(), md)
+    block = acc.pool.try_allocate(1024)
+    assert block is not None
+    batch = acc.new_batch(("late", 1), block, asyncio.get_running_loop())
+    assert acc.appender.route("late").num_partitions == 2  # from the partition alone
+    assert "late" not in md.topics
+    sender._want_queued_topics()
+    assert "late" in md.topics and md.due_in(5.0) == 0.0
+    md.refresh_started(5.0)
+    md.refresh_done(5.0, answer(late=6), ["late"])
+    assert acc.appender.route("late").num_partitions == 6
+    acc.complete(batch, 0, -1, None)
+    await sender.stop()
