@@ -252,7 +252,7 @@ class MockProducer:
     def __init__(self, config: ProducerConfig | Mapping[str, Any] | None = None, *,
                  cluster: Mapping[str, int] | None = None, auto_complete: bool = True,
                  default_partitions: int | None = None, strict_topics: bool | None = None,
-                 **options: Any) -> None:
+                 transaction_version: int = 2, **options: Any) -> None:
         if isinstance(config, ProducerConfig):
             if options:
                 raise IllegalStateError("pass either a ProducerConfig or options, not both")
@@ -317,6 +317,14 @@ class MockProducer:
         # (topic, partition) -> [bytes used, capacity] of the emulated open batch.
         self._open_batches: dict[tuple[str, int], list[int]] = {}
         self._txn = None if c.transactional_id is None else TxnStateMachine(c.transactional_id)
+        if transaction_version not in (1, 2):
+            raise ValueError(f"transaction_version must be 1 or 2, got {transaction_version!r}")
+        self._transaction_version = transaction_version
+        self.producer_id = -1
+        """The emulated producer id (0 once init_transactions() succeeded)."""
+        self.producer_epoch = -1
+        """The emulated epoch: 0 after init_transactions(); with transaction_version=2
+        every commit or abort bumps it, as EndTxn v5 does (KIP-890)."""
         self._uncommitted: list[SentRecord] = []
         self._uncommitted_offsets: dict[str, dict[tuple[str, int], int]] = {}
         self._offsets_history: list[dict[str, dict[tuple[str, int], int]]] = []
@@ -539,6 +547,8 @@ class MockProducer:
         if error is not None:
             txn.coordinator_error(error)
             raise error
+        txn.version = self._transaction_version
+        self.producer_id, self.producer_epoch = 0, 0
         txn.initialized()
         self._txn_initialized = True
 
@@ -591,6 +601,8 @@ class MockProducer:
                 txn.revert_end()
             raise error
         txn.ended()
+        if (txn.version or 1) >= 2:
+            self.producer_epoch += 1  # KIP-890: every EndTxn bumps the epoch
         if commit:
             self._history.extend(self._uncommitted)
             if self._uncommitted_offsets:
@@ -625,6 +637,18 @@ class MockProducer:
                 for partition, offset, _metadata in parts:
                     group_offsets[(topic, partition)] = offset
             self._sent_offsets = True
+
+    @property
+    def transaction_version(self) -> int | None:
+        """As :attr:`Producer.transaction_version`: the ``transaction_version`` option
+        (default 2) once init_transactions() succeeded, else None."""
+        return None if self._txn is None else self._txn.version
+
+    @property
+    def transaction_sequence(self) -> int:
+        """As :attr:`Producer.transaction_sequence`: the number of the transaction
+        begun last (0 before the first)."""
+        return 0 if self._txn is None else self._txn.number
 
     def transaction(self) -> AbstractAsyncContextManager[MockProducer]:
         """``async with producer.transaction():`` begins a transaction, commits it when
