@@ -10,7 +10,6 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from functools import partial
-from functools import partial
 from typing import Any, NoReturn
 
 from ._lifecycle import check_loop, raise_not_running
@@ -499,28 +498,6 @@ class Producer:
             raise IllegalStateError(
                 f"{what}: this producer is not transactional; set transactional_id")
         return self._txn
-
-    @property
-    def transaction_version(self) -> int | None:
-        """The transaction protocol in use: 2 (KIP-890: partitions join implicitly,
-        every commit or abort bumps the epoch) when the cluster's finalized
-        ``transaction.version`` feature is 2 or more, else 1; None before
-        :meth:`init_transactions` (and for a producer that is not transactional)."""
-        txn = self._txn
-        return None if txn is None else txn.machine.version
-
-    @property
-    def transaction_sequence(self) -> int:
-        """The number of the transaction begun last (1 for the first, 0 before it).
-
-        A ``send()`` joins the transaction open when it is *called*: read this just
-        before the call. If ``send()`` returns, the record is in that transaction (a
-        commit waits for sends that joined to finish appending); if that transaction
-        is aborted before the record could be appended, ``send()`` raises
-        :class:`TransactionAbortedError` and nothing was buffered. A ``send()`` called
-        while a commit or abort runs, or with no transaction open, raises."""
-        txn = self._txn
-        return 0 if txn is None else txn.machine.number
 
     @property
     def transaction_version(self) -> int | None:
