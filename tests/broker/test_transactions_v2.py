@@ -267,3 +267,71 @@ async def test_cluster_authorization_failed_on_produce_is_fatal(
             await producer.abort_transaction()
         with pytest.raises(ClusterAuthorizationError):
             await producer.send(topic, b"y")
+
+
+# -- the consume-transform-produce example, each error category handled ---------------
+
+
+async def test_consume_transform_produce_example(txn_broker: TxnBroker,
+                                                 topic_factory: Any) -> None:
+    """examples/consume_transform_produce.py against the broker, with one scripted error
+    of each category a transaction can recover from (a commit timing out, an abortable
+    commit, a fenced producer): every input record is in the output once (read_committed)
+    and the group's offsets are at the end of the input. Bounded: 300 records, 120 s."""
+    import importlib.util
+    from pathlib import Path
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    from aioproducer import KafkaTimeoutError, ProducerFencedError
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "consume_transform_produce.py"
+    spec = importlib.util.spec_from_file_location("ctp_example", path)
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+
+    src, dst = topic_factory(partitions=2), topic_factory(partitions=2)
+    group = f"ctp-{txn_broker.version}-{time.time_ns()}"
+    n = 300
+    async with Producer(bootstrap_servers=txn_broker.bootstrap) as plain:
+        for i in range(n):
+            await plain.send(src, b"rec-%d" % i, key=b"%d" % (i % 7))
+        await plain.flush()
+
+    # Commit number k raises: 2 a timeout before committing (RETRIABLE: repeat the
+    # commit), 4 an abortable error (abort, rewind), 6 a fence (close, new producer).
+    script = {2: KafkaTimeoutError("scripted: EndTxn timed out"),
+              4: TransactionAbortableError("scripted: a record failed"),
+              6: ProducerFencedError("scripted: fenced")}
+    seen: Counter[str] = Counter()
+    commits = 0
+
+    class Scripted(Producer):
+        async def commit_transaction(self) -> None:
+            nonlocal commits
+            commits += 1
+            err = script.pop(commits, None)
+            if err is not None:
+                seen[err.category.value] += 1
+                raise err
+            await super().commit_transaction()
+
+    async with asyncio.timeout(120):
+        done = await example.run(txn_broker.bootstrap, src, dst, group,
+                                 transactional_id=f"ctp-{time.time_ns()}",
+                                 max_records=n, idle_timeout=15, batch=40,
+                                 producer_factory=Scripted)
+    assert done == n
+    assert seen == {"retriable": 1, "abortable": 1, "application-recoverable": 1}
+    got = consume_all(txn_broker.bootstrap, dst, n, isolation="read_committed")
+    assert sorted(r.value for r in got) == sorted(b"REC-%d" % i for i in range(n))
+    consumer = Consumer({"bootstrap.servers": txn_broker.bootstrap, "group.id": group})
+    try:
+        committed = consumer.committed([TopicPartition(src, p) for p in range(2)],
+                                       timeout=10)
+        _low, high0 = consumer.get_watermark_offsets(TopicPartition(src, 0), timeout=10)
+        _low, high1 = consumer.get_watermark_offsets(TopicPartition(src, 1), timeout=10)
+    finally:
+        consumer.close()
+    assert [tp.offset for tp in committed] == [high0, high1]
