@@ -782,6 +782,8 @@ def _parse_interceptors(key: str, opt: JavaOption, value: Any) -> Any:
 
 
 def _parse_hostname_check(key: str, value: Any) -> Any:
+    if isinstance(value, bool):
+        return value
     text = _text(key, value, "'https' or '' (the empty string)")
     if text.lower() in ("https", ""):
         return bool(text)
@@ -836,10 +838,10 @@ def _convert(key: str, value: Any) -> dict[str, Any]:
     norm = _normalise(key)
     opt = _BY_NORM.get(norm)
     if opt is None:
+        if norm in _FIELD_KINDS:  # a Python name whose Java option takes other values
+            return {norm: _PARSERS[_FIELD_KINDS[norm]](key, value)}
         opt = _BY_FIELD.get(norm)
         if opt is None:
-            if norm in _FIELD_KINDS:
-                return {norm: _PARSERS[_FIELD_KINDS[norm]](key, value)}
             if norm in _FIELD_NAMES:
                 return {norm: value}
             names = sorted(_FIELD_NAMES | {o.name for o in JAVA_OPTIONS})

@@ -196,6 +196,17 @@ def test_bad_values_are_config_errors_naming_the_option(
         assert word in str(info.value)
 
 
+def test_python_names_keep_python_values() -> None:
+    """A Python field name takes the Python value, even where the Java option of the
+    same field takes another kind (ssl.endpoint.identification.algorithm: 'https')."""
+    assert ProducerConfig.from_options(ssl_check_hostname=False).ssl_check_hostname is False
+    assert _build(ssl_check_hostname="false").ssl_check_hostname is False
+    config = ProducerConfig.from_options(security_protocol="SSL", ssl_cafile="/ca.pem",
+                                         ssl_password="pw", ssl_certfile="/c.pem")
+    assert (config.ssl_cafile, config.ssl_certfile, config.ssl_password) == (
+        "/ca.pem", "/c.pem", "pw")
+
+
 def test_python_values_still_checked() -> None:
     with pytest.raises(ConfigError, match="enable_idempotence must be a bool"):
         ProducerConfig.from_options(enable_idempotence=1)
