@@ -92,7 +92,9 @@ async def run(bootstrap: str, input_topic: str, output_topic: str, group: str, *
             idle_since = time.monotonic()
             offsets: dict[tuple[str, int], int] = {}
             for m in msgs:
-                offsets[(m.topic(), m.partition())] = m.offset() + 1
+                topic, partition, offset = m.topic(), m.partition(), m.offset()
+                assert topic is not None and partition is not None and offset is not None
+                offsets[(topic, partition)] = offset + 1
             for attempt in range(attempts):
                 try:
                     producer.begin_transaction()
