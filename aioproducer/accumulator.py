@@ -36,10 +36,31 @@ TopicPartition = tuple[str, int]
 
 
 class StickyPartitioner(Protocol):
-    """What :meth:`RecordAccumulator.append` needs of the partitioner for a keyless
-    record (KIP-480): a new partition when the sticky one needs a new batch."""
+    """What :meth:`RecordAccumulator.append` needs of the partitioner for a record whose
+    partition it chose (``RecordPartitioner.new_batch_hook``)."""
 
-    def on_new_batch(self, topic: str, info: TopicInfo, previous: int) -> int: ...
+    def on_new_batch(self, topic: str, info: TopicInfo, previous: int) -> int:
+        """``previous``'s open batch is full: the partition to append to now (KIP-794:
+        the sticky partition moves if its bytes are due; a custom partitioner's
+        ``on_new_batch``, then its choice again)."""
+        ...
+
+    def on_appended(self, topic: str, partition: int, nbytes: int) -> None:
+        """The record added ``nbytes`` to ``partition``'s batches (a new batch counts
+        its header): KIP-794's byte count."""
+        ...
+
+
+class LoadStatsSink(Protocol):
+    """Where :meth:`RecordAccumulator.ready` reports the queues of the topics with
+    keyless records (adaptive partitioning, KIP-794)."""
+
+    adaptive: bool
+    availability_timeout_ms: int
+    sticky_topics: set[str]
+
+    def update_load_stats(self, topic: str, queue_sizes: list[int] | None,
+                          partition_ids: list[int] | None, length: int) -> None: ...
 
 
 @dataclass(slots=True)
@@ -145,6 +166,15 @@ class RecordAccumulator:
         # Blocks of split batches live outside buffer_memory, as Java's do: block id
         # -> the one-block pool it came from.
         self._split_pools: dict[int, BufferPool] = {}
+        # Compressed batches' blocks outside buffer_memory: block id -> the pool block
+        # of batch_size that pays for it there (_outside_block).
+        self._charges: dict[int, Block] = {}
+        # Adaptive partitioning (KIP-794): the partitioner that gets the queue sizes of
+        # the topics with keyless records in ready(), and per node (monotonic seconds)
+        # the last time it had batches ready and the last time it could take them.
+        self.load_stats: LoadStatsSink | None = None
+        self.node_ready_at: dict[int, float] = {}
+        self.node_drained_at: dict[int, float] = {}
 
     # -- append path -------------------------------------------------------------
 
@@ -173,9 +203,11 @@ class RecordAccumulator:
                      guard: Callable[[], None] | None = None) -> AppendResult:
         """Append one record (Java's ``RecordAccumulator.append``).
 
-        Tries the partition's open batch; a keyless record whose sticky partition
-        needs a new batch moves to another partition first (``sticky``, KIP-480);
-        otherwise a new batch is opened in a block from the pool, waiting for memory
+        Tries the partition's open batch; when it is full, ``sticky`` (the
+        partitioner, for a partition it chose) may move the record first (KIP-794:
+        a sticky partition whose bytes are due; a custom partitioner's
+        ``on_new_batch``), and is told the bytes each record added; otherwise a new
+        batch is opened in a block from the pool, waiting for memory
         up to ``max_block_s``. Every ``await`` comes before the record is appended: a
         cancelled call buffered nothing. ``guard`` (transactions) is called after each
         ``await``, right before appending: if it raises, nothing is buffered.
@@ -186,11 +218,13 @@ class RecordAccumulator:
             # The native send path hashes keys over this count: keep it current.
             self.appender.set_route(topic, n)
         tp = (topic, partition)
-        appended = self.try_append(tp, timestamp, key, value, headers)
-        if appended is None and sticky is not None and self.tail(tp) is not None:
-            partition = sticky.on_new_batch(topic, info, partition)
-            tp = (topic, partition)
-            appended = self.try_append(tp, timestamp, key, value, headers)
+        appended = self._append_counted(tp, timestamp, key, value, headers, sticky)
+        if appended is None and sticky is not None:
+            moved = sticky.on_new_batch(topic, info, partition)
+            if moved != partition:
+                partition = moved
+                tp = (topic, partition)
+                appended = self._append_counted(tp, timestamp, key, value, headers, sticky)
         if appended is not None:
             return AppendResult(appended[0], appended[1], False)
         if self.linger > 0 and self.batches.get(tp):
@@ -201,10 +235,12 @@ class RecordAccumulator:
             self._check_open()
             if guard is not None:
                 guard()
-            appended = self.try_append(tp, timestamp, key, value, headers)
+            appended = self._append_counted(tp, timestamp, key, value, headers, sticky)
             if appended is not None:
                 return AppendResult(appended[0], appended[1], False)
-        block = await self.allocate(self.block_size_for(record_size, tp), max_block_s)
+        size = self.block_size_for(record_size, tp)
+        charge = self._charge_for(size, record_size, tp)
+        block = await self.allocate(charge, max_block_s)
         if self._refusal is not None:
             self.release_block(block)
             self._check_open()
@@ -215,15 +251,54 @@ class RecordAccumulator:
                 self.release_block(block)
                 raise
         # Another send may have opened a batch for this partition while we waited.
-        appended = self.try_append(tp, timestamp, key, value, headers)
+        appended = self._append_counted(tp, timestamp, key, value, headers, sticky)
         if appended is not None:
             self.release_block(block)
             return AppendResult(appended[0], appended[1], False)
+        if charge < size:
+            block = self._outside_block(block, size)
         batch = self.new_batch(tp, block, asyncio.get_running_loop())
         index = batch.builder.append(timestamp, key, value, headers)
         if index < 0:  # cannot happen: the block was sized for this record
             raise RecordTooLargeError("record does not fit in a block sized for it")
+        if sticky is not None:
+            sticky.on_appended(topic, partition, int(batch.builder.size_in_bytes))
         return AppendResult(batch, index, True)
+
+    def _append_counted(self, tp: TopicPartition, timestamp: int, key: object,
+                        value: object, headers: object, sticky: StickyPartitioner | None
+                        ) -> tuple[ProducerBatch, int] | None:
+        """:meth:`try_append`, telling ``sticky`` the bytes the record added."""
+        if sticky is None:
+            return self.try_append(tp, timestamp, key, value, headers)
+        batch = self.tail(tp)
+        before = 0 if batch is None else int(batch.builder.size_in_bytes)
+        appended = self.try_append(tp, timestamp, key, value, headers)
+        if appended is not None:
+            sticky.on_appended(tp[0], tp[1], int(appended[0].builder.size_in_bytes) - before)
+        return appended
+
+    def _charge_for(self, size: int, record_size: int, tp: TopicPartition) -> int:
+        """What a new batch of ``size`` bytes takes from ``buffer_memory``: all of it,
+        but a compressed batch only its target (``batch_size``, or its record's size
+        if larger), as Java's do. The rest of its block, where its records wait
+        uncompressed until it closes, is taken outside the pool (see
+        :meth:`_outside_block`)."""
+        if not self.codec:
+            return size
+        return min(size, max(self.batch_targets.get(tp, self.batch_size),
+                             BATCH_HEADER_SIZE + record_size))
+
+    def _outside_block(self, charged: Block, size: int) -> Block:
+        """A block of ``size`` bytes outside ``buffer_memory`` for a compressed batch,
+        paid for by ``charged`` (a pool block of the batch's target, kept until the
+        batch's block is given back, when both are)."""
+        own = BufferPool(size, size)
+        block = own.try_allocate(size)
+        assert block is not None  # a fresh pool of exactly this size
+        self._split_pools[id(block)] = own
+        self._charges[id(block)] = charged
+        return block
 
     def new_batch(self, tp: TopicPartition, block: Block,
                   loop: asyncio.AbstractEventLoop) -> ProducerBatch:
@@ -447,6 +522,10 @@ class RecordAccumulator:
             own = self._split_pools.pop(id(block), None)
             if own is not None:
                 own.release(block)
+                charged = self._charges.pop(id(block), None)
+                if charged is not None:
+                    self.pool.release(charged)
+                    self._wake_first_waiter()
                 return
             self.pool.release(block)
             self._wake_first_waiter()
@@ -531,7 +610,17 @@ class RecordAccumulator:
         res = ReadyResult()
         exhausted = bool(self._waiters)
         send_now = exhausted or self.closing or self.flushes_in_progress > 0
+        sink = self.load_stats
+        queues: dict[str, tuple[list[int], list[int], list[int]]] | None = None
+        if sink is not None and sink.sticky_topics and (
+                sink.adaptive or sink.availability_timeout_ms > 0):
+            queues = {t: ([], [], []) for t in sink.sticky_topics}
         for tp, dq in self.batches.items():
+            if queues is not None:
+                q = queues.get(tp[0])
+                if q is not None:
+                    self._queue_stats(q, tp, dq, cluster, sink,  # type: ignore[arg-type]
+                                      flying)
             if not dq:
                 continue
             leader = cluster.leaders.get(tp)
@@ -550,7 +639,59 @@ class RecordAccumulator:
                     res.nodes.add(leader)
             else:
                 res.next_check = min(res.next_check, self.linger - waited)
+        if queues is not None:
+            assert sink is not None
+            self._report_load(queues, cluster, sink)
         return res
+
+    def _queue_stats(self, q: tuple[list[int], list[int], list[int]], tp: TopicPartition,
+                     dq: Sized, cluster: Cluster, sink: LoadStatsSink,
+                     flying: Mapping[TopicPartition, Sized] | None) -> None:
+        """One partition's entry in its topic's load statistics (Java's
+        ``partitionReady``): its batches not yet acknowledged (queued here, and in
+        flight: with up to ``max_in_flight_requests_per_connection`` requests
+        pipelined, a slow broker's backlog waits in flight more than here) if its
+        leader is known and has been draining, else it is left out (``q[2]`` counts
+        the partitions seen)."""
+        q[2].append(tp[1])
+        leader = cluster.leaders.get(tp)
+        if leader is None:
+            return
+        timeout = sink.availability_timeout_ms
+        if timeout > 0:
+            ready_at = self.node_ready_at.get(leader)
+            if ready_at is not None and \
+                    (ready_at - self.node_drained_at.get(leader, ready_at)) * 1000 > timeout:
+                return
+        inflight = flying.get(tp) if flying is not None else None
+        q[0].append(len(dq) + (len(inflight) if inflight is not None else 0))
+        q[1].append(tp[1])
+
+    def _report_load(self, queues: dict[str, tuple[list[int], list[int], list[int]]],
+                     cluster: Cluster, sink: LoadStatsSink) -> None:
+        # Java builds the table only once every partition of the topic has had a
+        # batch (an entry in the batches map): a partition it never saw would never
+        # be chosen. Partitions left out (no leader, not draining) are put last, so
+        # that the first ``length`` entries are the available ones.
+        for topic, (sizes, ids, seen) in queues.items():
+            info = cluster.topics.get(topic)
+            if info is None or len(seen) < len(info.partitions):
+                sink.update_load_stats(topic, None, None, 0)
+                continue
+            length = len(ids)
+            missing = sorted(set(seen) - set(ids))
+            sink.update_load_stats(topic, sizes + [0] * len(missing), ids + missing, length)
+
+    def node_polled(self, node: int, now: float, can_drain: bool) -> None:
+        """The Sender found ``node`` with batches ready; ``can_drain``: it could take
+        them (Java's ``updateNodeLatencyStats``, for
+        ``partitioner_availability_timeout_ms``)."""
+        sink = self.load_stats
+        if sink is None or sink.availability_timeout_ms <= 0:
+            return
+        if can_drain or node not in self.node_drained_at:
+            self.node_drained_at[node] = now
+        self.node_ready_at[node] = now
 
     def drain(self, cluster: Cluster, nodes: Iterable[int], max_request_size: int,
               now: float, muted: set[TopicPartition],

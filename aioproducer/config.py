@@ -17,10 +17,13 @@ import sys
 import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from .compression import validate_level
 from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from .partitioner import Partitioner as PartitionerObject
 
 __all__ = [
     "JAVA_OPTIONS",
@@ -148,11 +151,17 @@ class ProducerConfig:
     """``compression.lz4.level``: 1..17; 9 (the default) is LZ4's fast mode, others LZ4-HC."""
     compression_zstd_level: int = 3
     """``compression.zstd.level``: -131072..22 (negative levels are zstd's fast modes)."""
-    partitioner: str | Partitioner = "murmur2"
+    partitioner: str | Partitioner | PartitionerObject = "murmur2"
     """``partitioner.class``: ``"murmur2"`` (Java-compatible, default), ``"xxhash"``
     (fast, not Java-compatible) or a callable ``(topic, key_bytes, num_partitions) -> int``."""
     partitioner_ignore_keys: bool = False
     """``partitioner.ignore.keys``: keyed records are spread like keyless ones."""
+    partitioner_adaptive_partitioning_enable: bool = True
+    """``partitioner.adaptive.partitioning.enable``: keyless records move on to a
+    partition with a probability inversely proportional to its queued batches (KIP-794)."""
+    partitioner_availability_timeout_ms: int = 0
+    """``partitioner.availability.timeout.ms``: keyless records skip the partitions of a
+    leader that has had batches ready it could not take for this long; 0: off."""
     key_serializer: Serializer | None = None
     """``key.serializer``: a callable; without one, keys must be bytes-like or None."""
     value_serializer: Serializer | None = None
@@ -258,6 +267,7 @@ class ProducerConfig:
             "socket_connection_setup_timeout_ms": 1, "transaction_timeout_ms": 1,
             "metadata_recovery_rebootstrap_trigger_ms": 0,
             "max_response_bytes": 1024,
+            "partitioner_availability_timeout_ms": 0,
         }
         for name, minimum in ints.items():
             value = getattr(self, name)
@@ -283,9 +293,12 @@ class ProducerConfig:
         validate_level("gzip", self.compression_gzip_level)
         validate_level("lz4", self.compression_lz4_level)
         validate_level("zstd", self.compression_zstd_level)
-        if not (callable(self.partitioner) or self.partitioner in ("murmur2", "xxhash")):
+        if not (callable(self.partitioner) or callable(getattr(self.partitioner, "partition", None))
+                or self.partitioner in ("murmur2", "xxhash")):
             raise ConfigError(
-                "partitioner must be 'murmur2', 'xxhash' or a callable "
+                "partitioner must be 'murmur2', 'xxhash', an object with partition(topic, "
+                "key, key_bytes, value, value_bytes, cluster) (aioproducer.partitioner."
+                "Partitioner) or a callable "
                 "(topic, key_bytes, num_partitions) -> int"
             )
         for name in ("key_serializer", "value_serializer"):
@@ -373,7 +386,8 @@ class ProducerConfig:
         if self.client_dns_lookup not in _DNS_LOOKUPS:
             raise ConfigError(f"client_dns_lookup must be one of {', '.join(_DNS_LOOKUPS)}, "
                               f"got {self.client_dns_lookup!r}")
-        for name in ("enable_idempotence", "partitioner_ignore_keys"):
+        for name in ("enable_idempotence", "partitioner_ignore_keys",
+                     "partitioner_adaptive_partitioning_enable"):
             value = getattr(self, name)
             if not isinstance(value, bool) and not (name == "enable_idempotence"
                                                     and value is None):

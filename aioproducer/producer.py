@@ -74,8 +74,10 @@ class Producer:
                                   max_idle_ms=c.metadata_max_idle_ms)
         # Records whose key + value approach a size limit take the exact Python check.
         max_payload = min(c.max_request_size, c.buffer_memory) - BATCH_HEADER_SIZE - 64
-        self._partitioner = RecordPartitioner(c.partitioner, ignore_keys=c.partitioner_ignore_keys,
-                                              max_payload=max_payload)
+        self._partitioner = RecordPartitioner(
+            c.partitioner, ignore_keys=c.partitioner_ignore_keys, max_payload=max_payload,
+            batch_size=c.batch_size, adaptive=c.partitioner_adaptive_partitioning_enable,
+            availability_timeout_ms=c.partitioner_availability_timeout_ms)
         self._accumulator = RecordAccumulator(
             batch_size=c.batch_size, batch_max_size=c.batch_max_size or c.batch_size,
             buffer_memory=c.buffer_memory, linger_ms=c.linger_ms,
@@ -87,6 +89,7 @@ class Producer:
         )
         self._metrics = ProducerMetrics(c.client_id)
         self._accumulator.metrics = self._metrics
+        self._accumulator.load_stats = self._partitioner  # adaptive partitioning (KIP-794)
         self._client: KafkaClient | None = None
         self._security = security_from_config(c)  # TLS files are loaded (and checked) here
         self._sender: Sender | None = None
@@ -249,6 +252,7 @@ class Producer:
             if self._client is not None:
                 await self._client.close()
             self._interceptors.close()
+            self._partitioner.close()
             self._state = _CLOSED
 
     @property
@@ -349,6 +353,7 @@ class Producer:
                          guard: Callable[[], None] | None = None) -> RecordFuture:
         """Everything the native fast path leaves to Python: serializers, type checks
         with typed errors, metadata waits, new batches, memory waits, headers."""
+        key_obj, value_obj = key, value  # a custom Partitioner gets them too
         key, value, checked, timestamp_ms = prepare_record(
             topic, key, value, headers, timestamp_ms, self._key_serializer,
             self._value_serializer)
@@ -368,12 +373,16 @@ class Producer:
                 guard()
             self._accumulator.learn_growth_cap(topic)
         partitioner = self._partitioner
-        part = partitioner.partition(topic, key, partition, info)
+        cluster = self._metadata.cluster
+        part = partitioner.partition(topic, key, partition, info, value=value,
+                                     key_obj=key_obj, value_obj=value_obj, cluster=cluster)
         remaining = self._max_block_s - (time.monotonic() - started if started else 0.0)
         res = await self._accumulator.append(
             topic, info, part, timestamp_ms, key, value, checked, record_size,
-            sticky=partitioner if partitioner.is_sticky_choice(topic, key, partition)
-            else None, max_block_s=max(remaining, 0.0), guard=guard)
+            sticky=partitioner.new_batch_hook(topic, key, partition, value=value,
+                                              key_obj=key_obj, value_obj=value_obj,
+                                              cluster=cluster),
+            max_block_s=max(remaining, 0.0), guard=guard)
         if res.new_batch:
             self._on_new_batch(res.batch)
         batch, index = res.batch, res.index

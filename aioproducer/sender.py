@@ -259,8 +259,10 @@ class Sender:
         sendable = []
         for node in res.nodes:
             if self._node_sendable(node):
+                self.acc.node_polled(node, now, True)
                 sendable.append(node)
                 continue
+            self.acc.node_polled(node, now, False)  # partitioner.availability.timeout.ms
             err = self.client.security_error(node)
             if err is not None:
                 # Authentication or TLS failed: not retried, the sends fail now.
@@ -788,3 +790,4 @@ def _log_append_ms(value: Any) -> int:
     if isinstance(value, datetime.datetime):
         return int(value.timestamp() * 1000)
     return int(value)
+

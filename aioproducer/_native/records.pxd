@@ -67,6 +67,8 @@ cdef class RecordMetadata:
 cdef class TopicRoute:
     cdef public int num_partitions     # partitions in the latest metadata
     cdef public int sticky             # keyless records go here; -1 = not chosen
+    cdef public long long sticky_bytes # KIP-794: batch bytes produced to `sticky` so far
+    cdef public int sticky_limit       # switch after this many bytes (batch_size); <= 0: never
     cdef public list tails             # per partition: the newest batch (a ProducerBatch), or None
 
 
@@ -75,6 +77,7 @@ cdef class CoreAppender:
     cdef bint hash_keys                # murmur2 keyed records here (else: Python path)
     cdef bint ignore_keys              # keyed records are spread like keyless ones
     cdef Py_ssize_t max_payload        # key + value bytes above this take the Python path
+    cdef readonly int sticky_batch_size  # KIP-794: new routes' sticky_limit
 
     # Route and append one record: the batch it went into, with its index there in
     # index[0] and its timestamp in ts[0]; None means "take the Python path".

@@ -323,25 +323,61 @@ cdef class CoreBatch:
 
 
 cdef class TopicRoute:
-    """Where a topic's records go: partition count, sticky partition, open batches."""
+    """Where a topic's records go: partition count, sticky partition, open batches.
 
-    def __init__(self, int num_partitions):
+    KIP-794: ``sticky_bytes`` counts the batch bytes produced to the sticky partition
+    since it was chosen (a new batch counts its header too); once they reach
+    ``sticky_limit``, the next record that finds the partition's open batch full (or
+    gone), or any record at twice the limit, goes to the Python path, which moves the
+    sticky partition (``partitioner.py``: ``RecordPartitioner.sticky``).
+    """
+
+    def __init__(self, int num_partitions, int sticky_limit=16384):
+        if num_partitions < 0:
+            raise ValueError(f"num_partitions must be >= 0, got {num_partitions}")
         self.num_partitions = num_partitions
         self.sticky = -1
+        self.sticky_bytes = 0
+        self.sticky_limit = sticky_limit
         self.tails = [None] * num_partitions
 
     def resize(self, int num_partitions):
+        if num_partitions < 0:
+            raise ValueError(f"num_partitions must be >= 0, got {num_partitions}")
         if num_partitions > len(self.tails):
             self.tails.extend([None] * (num_partitions - len(self.tails)))
         self.num_partitions = num_partitions
         if self.sticky >= num_partitions:
             self.sticky = -1
+            self.sticky_bytes = 0
+
+    def switch_due(self):
+        """Whether the sticky partition must move before the next keyless record
+        (none chosen, or its bytes reached the limit and its open batch is full or
+        gone, or they reached twice the limit). The native path asks the same."""
+        return sticky_switch_due(self)
 
 
 cdef inline bint _is_bytes_or_none(object o):
     return o is None or type(o) is bytes
 
 
+
+
+cdef inline bint sticky_switch_due(TopicRoute route) noexcept:
+    # KIP-794 (Java's BuiltInPartitioner.updatePartitionInfo with enableSwitch = "all
+    # batches full"): the sticky partition moves once batch_size bytes went to it and
+    # its open batch takes no more records, or once twice batch_size bytes went to it.
+    cdef int s = route.sticky
+    cdef long long limit = route.sticky_limit
+    if s < 0 or s >= route.num_partitions or s >= PyList_GET_SIZE(route.tails):
+        return True
+    if limit <= 0 or route.sticky_bytes < limit:
+        return False
+    if route.sticky_bytes >= 2 * limit:
+        return True
+    cdef object tail = <object>PyList_GET_ITEM(route.tails, s)
+    return tail is None or (<CoreBatch>tail).full
 
 
 cdef inline int choose_partition(TopicRoute route, object key, object partition,
@@ -369,7 +405,14 @@ cdef inline int choose_partition(TopicRoute route, object key, object partition,
             return -1
         return murmur2_to_partition(<const unsigned char*>PyBytes_AS_STRING(key),
                                     PyBytes_GET_SIZE(key), n)
+    if sticky_switch_due(route):
+        return -1  # the Python path moves the sticky partition
     return route.sticky
+
+
+cdef inline bint is_sticky_choice(object key, object partition, bint ignore_keys) noexcept:
+    # The record's partition came from the sticky choice (its bytes count, KIP-794).
+    return partition is None and (key is None or ignore_keys)
 
 
 cdef inline bint too_large(Py_ssize_t max_payload, object key, object value) noexcept:
@@ -383,8 +426,12 @@ cdef class CoreAppender:
     """Routes records to their partition's open batch: the loop-free part of
     :class:`aio.Appender` (which adds the loop binding and the record futures)."""
 
-    def __init__(self, bint hash_keys, bint ignore_keys=False, Py_ssize_t max_payload=-1):
+    def __init__(self, bint hash_keys, bint ignore_keys=False, Py_ssize_t max_payload=-1,
+                 int sticky_batch_size=16384):
         self.routes = {}
+        # KIP-794: keyless records move on after this many bytes (the new routes'
+        # sticky_limit; batch_size); <= 0: only when the Python path moves them.
+        self.sticky_batch_size = sticky_batch_size
         self.hash_keys = hash_keys
         self.ignore_keys = ignore_keys
         # Records near max_request_size / buffer_memory get the exact size check (and
@@ -399,7 +446,7 @@ cdef class CoreAppender:
         """Create or update a topic's route for ``num_partitions`` partitions."""
         cdef TopicRoute r = self.routes.get(topic)
         if r is None:
-            r = TopicRoute(num_partitions)
+            r = TopicRoute(num_partitions, self.sticky_batch_size)
             self.routes[topic] = r
         elif r.num_partitions != num_partitions:
             r.resize(num_partitions)
@@ -439,10 +486,13 @@ cdef class CoreAppender:
         cdef CoreBatch batch = <CoreBatch>tail
         if batch.full:
             return None
+        cdef Py_ssize_t before = batch.builder.pos
         cdef Py_ssize_t i = batch.builder.append_record(t, key, value, None)
         if i < 0:
             batch.full = True
             return None
+        if is_sticky_choice(key, partition, self.ignore_keys):
+            route.sticky_bytes += batch.builder.pos - before
         index[0] = <int32_t>i
         ts[0] = t
         return batch
@@ -471,7 +521,7 @@ cdef class CoreAppender:
         cdef object value, key = None, tail
         cdef list last = [None] * route.num_partitions  # per partition: the batch last
                                                          # added to touched
-        cdef Py_ssize_t index
+        cdef Py_ssize_t index, before
         if timestamp_ms is not None and (type(timestamp_ms) is not int or timestamp_ms < 0):
             return start
         for i in range(start, n):
@@ -492,10 +542,13 @@ cdef class CoreAppender:
             if batch.full:
                 return i
             ts = now_ms() if timestamp_ms is None else <int64_t>timestamp_ms
+            before = batch.builder.pos
             index = batch.builder.append_record(ts, key, value, None)
             if index < 0:
                 batch.full = True
                 return i
+            if is_sticky_choice(key, partition, self.ignore_keys):
+                route.sticky_bytes += batch.builder.pos - before
             if <object>PyList_GET_ITEM(last, p) is not batch:
                 touched.append(batch)
                 last[p] = batch

@@ -304,7 +304,9 @@ class MockProducer:
         self._topics: dict[str, TopicInfo] = {}
         for topic, partitions in (cluster or {}).items():
             self.add_topic(topic, partitions)
-        self._partitioner = RecordPartitioner(c.partitioner, ignore_keys=c.partitioner_ignore_keys)
+        self._partitioner = RecordPartitioner(
+            c.partitioner, ignore_keys=c.partitioner_ignore_keys, batch_size=c.batch_size,
+            adaptive=False)
         self._key_serializer = c.key_serializer
         self._value_serializer = c.value_serializer
         self._max_request_size = c.max_request_size
@@ -522,10 +524,14 @@ class MockProducer:
                 self._partitioner.is_sticky_choice(topic, key, explicit):
             part = self._partitioner.on_new_batch(topic, info, part)
             batch = batches.get((topic, part))
+        added = record_size
         if batch is None or batch[0] + record_size > batch[1]:
             batch = [BATCH_HEADER_SIZE, max(self._batch_size, BATCH_HEADER_SIZE + record_size)]
             batches[(topic, part)] = batch
+            added += BATCH_HEADER_SIZE
         batch[0] += record_size
+        if self._partitioner.is_sticky_choice(topic, key, explicit):
+            self._partitioner.on_appended(topic, part, added)  # KIP-794's byte count
         return part
 
     # -- transactions -------------------------------------------------------------

@@ -1,0 +1,164 @@
+"""Partitioning on a real broker: keyless records and a slow broker (KIP-794), custom
+partitioners with Java's arguments, and compressed batches' share of buffer_memory."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.kafka_util import consume_all, create_topic, partition_offsets
+
+from aioproducer import Producer
+from aioproducer.devbroker import LocalKafka
+from aioproducer.metadata import Cluster
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.partitioning import ProcessProxies, run_slow_broker  # noqa: E402
+
+SEED = 794
+
+
+# -- KIP-794: a slow broker gets less of the keyless load --------------------------------
+
+
+@pytest.mark.asyncio(loop_factories=["asyncio"])
+async def test_slow_broker_gets_less_keyless_load(kafka_cluster3: LocalKafka) -> None:
+    """One broker answers every Produce request 20 ms late (a fault proxy in its own
+    process in front of each node): with adaptive partitioning its partitions, whose
+    queues are longer, get well below their third of 20,000 keyless records."""
+    print("seed", SEED)
+    bootstrap = kafka_cluster3.bootstrap
+    topic = create_topic(bootstrap, partitions=6)
+    async with ProcessProxies(bootstrap) as proxies:
+        async with Producer(bootstrap_servers=proxies.bootstrap) as probe:
+            await probe.partitions_for(topic)
+            leaders = Counter(p.leader for p in probe._metadata.cluster.topics[topic].partitions)
+        # Kafka places one replica per partition round-robin: 2 leaders per node.
+        slow = next(node for node, n in sorted(leaders.items()) if n == 2)
+        res = await asyncio.wait_for(run_slow_broker(
+            proxies, topic, records=20_000, record_size=100, delay_ms=20, seed=SEED,
+            slow_node=slow, batch_size=4096, timeout_s=90), 120)
+    print(res.as_dict())
+    assert sum(res.per_partition.values()) == 20_000
+    assert res.slow_share < 0.25, res.as_dict()
+    offsets = partition_offsets(bootstrap, topic)
+    assert sum(high - low for low, high in offsets.values()) == 20_000
+
+
+# -- custom partitioners ------------------------------------------------------------------
+
+
+class ByValue:
+    """Java's partitioner methods: the value's first byte picks among the partitions
+    that have a leader."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.new_batches: list[int] = []
+        self.closed = 0
+        self.available: tuple[int, ...] = ()
+
+    def partition(self, topic: str, key: Any, key_bytes: bytes | None, value: Any,
+                  value_bytes: bytes | None, cluster: Cluster) -> int:
+        self.calls += 1
+        assert isinstance(value, str) and value_bytes == value.encode()
+        assert key is None and key_bytes is None
+        self.available = cluster.topics[topic].available
+        return self.available[value_bytes[0] % len(self.available)]
+
+    def on_new_batch(self, topic: str, cluster: Cluster, prev_partition: int) -> None:
+        self.new_batches.append(prev_partition)
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+@pytest.mark.asyncio
+async def test_custom_partitioner_gets_value_and_cluster(kafka_bootstrap: str,
+                                                        topic_factory: Any) -> None:
+    topic = topic_factory(partitions=5)
+    part = ByValue()
+    values = [f"{chr(65 + i % 26)}-{i}" for i in range(2000)]
+    async with Producer(bootstrap_servers=kafka_bootstrap, partitioner=part, batch_size=1024,
+                        value_serializer=lambda v: v.encode()) as producer:
+        futs = [await producer.send(topic, v) for v in values]
+        metas = [await f for f in futs]
+        assert part.closed == 0
+    assert part.closed == 1  # close() at the producer's close
+    assert part.calls >= len(values)
+    assert part.available == (0, 1, 2, 3, 4)
+    expected = {v: ord(v[0]) % 5 for v in values}
+    assert [m.partition for m in metas] == [expected[v] for v in values]
+    assert part.new_batches  # small batches: on_new_batch ran, then partition() again
+    got = consume_all(kafka_bootstrap, topic, len(values))
+    assert sorted((r.value or b"").decode() for r in got) == sorted(values)
+    assert all(r.partition == expected[(r.value or b"").decode()] for r in got)
+
+
+@pytest.mark.asyncio
+async def test_old_partitioner_callable_still_works(kafka_bootstrap: str,
+                                                    topic_factory: Any) -> None:
+    topic = topic_factory(partitions=3)
+    async with Producer(bootstrap_servers=kafka_bootstrap,
+                        partitioner=lambda t, key, n: n - 1) as producer:
+        metas = [await (await producer.send(topic, b"v", key=b"k%d" % i)) for i in range(20)]
+    assert {m.partition for m in metas} == {2}
+
+
+# -- compressed batches take batch_size from buffer_memory --------------------------------
+
+
+@pytest.fixture(scope="module")
+def topic_1000(kafka_bootstrap: str) -> str:
+    """One 1,000-partition topic for both codecs (creating it takes a while)."""
+    return create_topic(kafka_bootstrap, partitions=1000, timeout=180)
+
+
+@pytest.mark.asyncio(loop_factories=["asyncio"])
+@pytest.mark.parametrize("codec", ["lz4", "zstd"])
+async def test_compressed_keyed_traffic_over_1000_partitions(kafka_bootstrap: str,
+                                                             topic_1000: str,
+                                                             codec: str) -> None:
+    """50,000 keyed 100-byte records, compressed, over 1,000 partitions with the default
+    32 MiB buffer_memory: each open batch takes batch_size from it (as in Java), not
+    its uncompressed capacity, so nothing waits for memory (max_block_ms=1000 would
+    turn a wait into BufferExhaustedError) and everything arrives."""
+    topic = topic_1000
+    before = sum(high for _, high in partition_offsets(kafka_bootstrap, topic).values())
+
+    rng = random.Random(SEED)
+    print("seed", SEED)
+    words = [b"alpha", b"beta", b"gamma", b"delta", b"kafka", b"record"]
+    n = 50_000
+    values = [b" ".join(rng.choice(words) for _ in range(16))[:100].ljust(100, b".")
+              for _ in range(n)]
+    keys = [b"key-%d" % rng.randrange(100_000) for _ in range(n)]
+    started = time.monotonic()
+    async with Producer(bootstrap_servers=kafka_bootstrap, compression_type=codec,
+                        max_block_ms=1000, linger_ms=1000) as producer:
+        await producer.partitions_for(topic)
+        acc = producer._accumulator
+        lowest = acc.pool.available_memory
+        futs = []
+        for k, v in zip(keys, values, strict=True):
+            futs.append(await producer.send(topic, v, key=k))
+            lowest = min(lowest, acc.pool.available_memory)
+        assert acc.memory_waiters == 0
+        # about 1,000 open batches of batch_size (16 KiB) from the pool: half of it
+        assert acc.pool.total_memory - lowest <= 1000 * 16384 + 64 * 1024
+        await producer.flush()
+        metas = [await f for f in futs]
+    assert len(metas) == n
+    print(f"{codec}: {n} records in {time.monotonic() - started:.1f} s, lowest free "
+          f"{lowest} of {acc.pool.total_memory}")
+    after = sum(high for _, high in partition_offsets(kafka_bootstrap, topic).values())
+    assert after - before == n
