@@ -742,6 +742,7 @@ async def _connect_socket(loop: asyncio.AbstractEventLoop, host: str, port: int,
     set before it connects, as Java's Selector does."""
     addresses = await _resolve(loop, host, port)
     failures: list[str] = []
+    last: BaseException | None = None
     for family, kind, proto, addr in addresses:
         sock = socket.socket(family, kind, proto)
         try:
@@ -751,19 +752,21 @@ async def _connect_socket(loop: asyncio.AbstractEventLoop, host: str, port: int,
             if receive_buffer_bytes >= 0:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer_bytes)
             await asyncio.wait_for(loop.sock_connect(sock, addr), timeout_s)
-        except asyncio.TimeoutError:
+        except asyncio.TimeoutError as exc:
             sock.close()
+            last = exc
             failures.append(f"{addr[0]}: timed out after {timeout_s * 1000:.0f} ms")
         except OSError as exc:
             sock.close()
+            last = exc
             failures.append(f"{addr[0]}: {_os_error_text(exc)}")
         except BaseException:
             sock.close()
             raise
         else:
             return sock
-    if len(failures) == 1 and "timed out" in failures[0]:
-        raise asyncio.TimeoutError
+    if len(failures) == 1 and last is not None:
+        raise last  # the one address's own error, as create_connection gives it
     raise OSError(f"no address of {host} accepted the connection: " + "; ".join(failures))
 
 

@@ -223,3 +223,24 @@ async def test_resolve_canonical_bootstrap_servers_only(
                     **{"client.dns.lookup": "resolve_canonical_bootstrap_servers_only"})
     async with Producer(config) as producer:
         assert (await producer.send_and_wait(topic, b"c")).offset == 0
+
+
+async def test_every_address_failing_names_each(blackhole_port: int,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    refused_port = closed.getsockname()[1]
+    closed.close()
+
+    async def fake(loop: Any, name: str, p: int) -> list[tuple[int, int, int, Any]]:
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, ("127.0.0.1", refused_port)),
+                (socket.AF_INET, socket.SOCK_STREAM, 6, ("127.0.0.1", blackhole_port))]
+
+    monkeypatch.setattr(connection_module, "_resolve", fake)
+    t0 = time.monotonic()
+    with pytest.raises(KafkaConnectionError) as info:
+        await connection_module.BrokerConnection.open("two.test", 9092, connect_timeout_ms=200)
+    assert time.monotonic() - t0 < 2.0
+    text = str(info.value)
+    assert "no address of two.test accepted the connection" in text
+    assert "Connection refused" in text and "timed out after 200 ms" in text
