@@ -393,7 +393,7 @@ async def test_random_data_batches_stay_near_batch_size(
     {"compression_lz4_level": 18},
     {"compression_zstd_level": 23},
     {"compression_zstd_level": -131073},
-    {"compression_zstd_level": "3"},
+    {"compression_zstd_level": "three"},  # "3" is valid: a .properties file's value
     {"compression_lz4_level": 9.0},
     {"compression_gzip_level": True},
     {"compression.type": "zip"},
