@@ -730,6 +730,12 @@ class BrokerConnection(asyncio.Protocol):
 async def _resolve(loop: asyncio.AbstractEventLoop, host: str, port: int
                    ) -> list[tuple[int, int, int, Any]]:
     """``(family, type, proto, sockaddr)`` of every TCP address of ``host``."""
+    for family, addr in ((socket.AF_INET, (host, port)), (socket.AF_INET6, (host, port, 0, 0))):
+        try:
+            socket.inet_pton(family, host)
+        except OSError:
+            continue
+        return [(family, socket.SOCK_STREAM, socket.IPPROTO_TCP, addr)]  # no lookup
     infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     return [(family, kind, proto, addr) for family, kind, proto, _, addr in infos]
 
