@@ -49,6 +49,7 @@ async def test_transaction_version_follows_the_broker(txn_broker: TxnBroker,
             producer.begin_transaction()
             assert producer.transaction_sequence == i + 1
             await producer.send(topic, b"v%d" % i)
+            await producer.flush()  # the coordinator knows the transaction: EndTxn goes
             if i % 2:
                 await producer.abort_transaction()
             else:
