@@ -645,13 +645,14 @@ JAVA_OPTIONS: tuple[JavaOption, ...] = (
 """Every option of the Java producer (and aioproducer's own dotted names)."""
 
 _BY_NORM: dict[str, JavaOption] = {_normalise(o.name): o for o in JAVA_OPTIONS}
-_BY_FIELD: dict[str, JavaOption] = {o.field: o for o in JAVA_OPTIONS
-                                    if o.field is not None and o.status == "implemented"}
-_BY_FIELD.update({o.field: o for o in JAVA_OPTIONS if o.field is not None
-                  and o.field not in _BY_FIELD and o.kind not in ("store", "jaas")})
+#: Python names whose Java option takes another kind of value (a store location, a
+#: JAAS line, 'https') or that have no Java option: how their strings are parsed.
 _FIELD_KINDS = {"ssl_check_hostname": "bool", "ssl_cafile": "optional_str",
                 "ssl_certfile": "optional_str", "ssl_keyfile": "optional_str",
                 "sasl_plain_username": "optional_str", "sasl_plain_password": "optional_str"}
+#: Python name -> the row of the Java option setting that field (same kind of value).
+_BY_FIELD: dict[str, JavaOption] = {o.field: o for o in JAVA_OPTIONS
+                                    if o.field is not None and o.field not in _FIELD_KINDS}
 _INT32 = (-(2**31), 2**31 - 1)
 _INT64 = (-(2**63), 2**63 - 1)
 _warned: set[str] = set()
