@@ -6,7 +6,7 @@
 """
 
 from . import _native  # noqa: F401  (fails with a clear message if the core is not built)
-from .config import ProducerConfig
+from .config import ConfigIgnoredWarning, ProducerConfig
 from .errors import (
     AuthenticationError,
     BrokerResponseError,
@@ -49,6 +49,7 @@ __all__ = [
     "BrokerResponseError",
     "BufferExhaustedError",
     "ConfigError",
+    "ConfigIgnoredWarning",
     "DeliveryTimeoutError",
     "ErrorCategory",
     "GroupAuthorizationError",
