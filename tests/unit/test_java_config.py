@@ -350,3 +350,34 @@ def test_the_configuration_page_lists_every_option_with_its_status() -> None:
         if opt.name in ("batch.max.size", "receive.message.max.bytes"):
             continue  # aioproducer's own dotted names
         assert rows.get(opt.name) == opt.status, opt.name
+
+
+def test_java_serializers_match_the_java_client() -> None:
+    """Our equivalents write the bytes kafka-clients' serializers write."""
+    java = shutil.which("java")
+    if java is None:
+        pytest.skip("no java on PATH")
+    from aioproducer.devbroker import KafkaLibsError, ensure_kafka_libs
+
+    try:
+        libs = ensure_kafka_libs()
+    except KafkaLibsError as exc:
+        pytest.skip(f"Kafka jars unavailable: {exc}")
+    u = uuid.UUID("0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0")
+    cases: list[tuple[str, Any]] = [
+        ("String", "héllo, wörld ✓"), ("String", ""), ("Integer", -2), ("Integer", 2**31 - 1),
+        ("Long", 2**40 + 7), ("Long", -(2**63)), ("Short", 258), ("Short", -32768),
+        ("Float", 1.5), ("Float", -0.1), ("Double", -0.1), ("Double", 1e300),
+        ("Boolean", True), ("Boolean", False), ("UUID", u),
+    ]
+    done = subprocess.run(
+        [java, "-cp", f"{libs}/*", str(JAVA_DIR / "SerializerVectors.java")],
+        input="".join(f"{kind}\t{value}\n" for kind, value in cases).encode(),
+        capture_output=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr.decode()
+    lines = done.stdout.decode().splitlines()
+    assert len(lines) == len(cases)
+    for (kind, value), expected in zip(cases, lines, strict=True):
+        ser = _java("value.serializer", f"{kind}Serializer").value_serializer
+        assert ser is not None
+        assert ser(value).hex() == expected, (kind, value)
