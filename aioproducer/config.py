@@ -654,6 +654,7 @@ _FIELD_KINDS = {"ssl_check_hostname": "bool", "ssl_cafile": "optional_str",
 _BY_FIELD: dict[str, JavaOption] = {o.field: o for o in JAVA_OPTIONS
                                     if o.field is not None and o.field not in _FIELD_KINDS}
 _INT32 = (-(2**31), 2**31 - 1)
+_INTEGER = re.compile(r"[+-]?[0-9]+")  # what Java's Integer.parseInt / Long.parseLong take
 _INT64 = (-(2**63), 2**63 - 1)
 _warned: set[str] = set()
 _FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(ProducerConfig)
@@ -708,11 +709,10 @@ def _parse_integer(key: str, value: Any, bounds: tuple[int, int]) -> Any:
     if not isinstance(value, str):
         return value  # checked by validated(), with the field's own bounds
     text = value.strip()
-    try:
-        number = int(text, 10)
-    except ValueError:
+    if not _INTEGER.fullmatch(text):
         raise ConfigError(f"{key}: {value!r} is not an integer; give a whole number "
-                          "(an int, or a string such as '16384')") from None
+                          "(an int, or a string such as '16384')")
+    number = int(text, 10)
     if not bounds[0] <= number <= bounds[1]:
         raise ConfigError(f"{key}: {value!r} is out of range ({bounds[0]}..{bounds[1]})")
     return number
@@ -745,7 +745,7 @@ def _parse_list(key: str, value: Any) -> Any:
 
 def _parse_acks_option(key: str, value: Any) -> Any:
     try:
-        acks = _parse_acks(value.strip() if isinstance(value, str) else value)
+        acks = _parse_acks(value.strip().lower() if isinstance(value, str) else value)
         if acks in (0, 1, -1):
             return acks
     except ConfigError:

@@ -137,6 +137,8 @@ def test_ignored_option_warns_once_per_name_per_process() -> None:
     ("acks", "-1", "acks", -1),
     ("acks", "1", "acks", 1),
     ("acks", "0", "acks", 0),
+    ("acks", " ALL ", "acks", -1),  # Java: trimmed, any case
+    ("batch.size", "+100", "batch_size", 100),
     ("enable.idempotence", "false", "enable_idempotence", False),
     ("partitioner.ignore.keys", "TRUE", "partitioner_ignore_keys", True),
     ("compression.type", "lz4", "compression_type", "lz4"),
@@ -168,6 +170,7 @@ def test_lists_as_comma_separated_strings() -> None:
     ("batch.size", "abc", ["batch.size", "'abc'", "integer", "'16384'"]),
     ("batch.size", "99999999999", ["batch.size", "out of range"]),
     ("linger_ms", "1.5", ["linger_ms", "integer"]),
+    ("linger_ms", "1_000", ["linger_ms", "integer"]),  # Java's parseInt refuses it too
     ("enable.idempotence", "maybe", ["enable.idempotence", "'maybe'", "true or false"]),
     ("partitioner.ignore.keys", "yes", ["partitioner.ignore.keys", "true or false"]),
     ("acks", "2", ["acks", "'all'", "1 or 0"]),
