@@ -237,6 +237,7 @@ class KafkaClient:
                 self._conns[real] = conn
                 conn.node_id = real
                 conn.on_close = self._make_on_close(real)
+                conn.on_throttle = self._make_on_throttle(real)
                 self._state(real).failures = 0
         for nid, conn in list(self._conns.items()):
             if new.get(nid) != (conn.host, conn.port):
@@ -312,6 +313,11 @@ class KafkaClient:
         st.throttle_until = until
         log.debug("%s throttled us for %.0f ms", self._describe(node_id), throttle_ms)
         asyncio.get_running_loop().call_later(throttle_ms / 1000.0, self._notify)
+
+    def _make_on_throttle(self, node_id: int) -> Callable[[float], None]:
+        def on_throttle(throttle_ms: float) -> None:
+            self.throttle(node_id, throttle_ms)
+        return on_throttle
 
     def throttle_remaining(self, node_id: int) -> float:
         """Seconds until ``node_id`` may be sent to again after a throttle (0 if now)."""
@@ -684,6 +690,7 @@ class KafkaClient:
                 st.failures = 0
                 st.last_error = None
                 conn.on_close = self._make_on_close(node_id)
+                conn.on_throttle = self._make_on_throttle(node_id)
                 conn.on_writable = self._notify
                 self._conns[node_id] = conn
                 self._arm_idle_check()

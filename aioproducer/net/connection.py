@@ -171,6 +171,9 @@ class BrokerConnection(asyncio.Protocol):
         self.can_write = True
         self.on_close: Callable[[BrokerConnection], None] | None = None
         self.on_writable: Callable[[], None] | None = None
+        self.on_throttle: Callable[[float], None] | None = None
+        """KIP-219: called with ``throttle_time_ms`` when a response of :meth:`request`
+        says the broker throttled us (the client then mutes the node)."""
         self.close_reason: str | None = None
         """Why the connection closed (None while open)."""
 
@@ -338,7 +341,11 @@ class BrokerConnection(asyncio.Protocol):
                             expect_response=True, timeout_ms=timeout_ms,
                             decode=functools.partial(decode_entity, rtype))
         assert fut is not None
-        return cast("R | ResponsePayload", await fut)
+        response = await fut
+        throttle = getattr(response, "throttle_time", None)
+        if throttle and self.on_throttle is not None:
+            self.on_throttle(throttle.total_seconds() * 1000.0)
+        return cast("R | ResponsePayload", response)
 
     @overload
     def send_raw(self, api_key: int, api_version: int,

@@ -249,3 +249,84 @@ async def test_throttled_node_is_not_ready_until_the_time_passed() -> None:
     finally:
         client._conns.clear()
         await client.close()
+
+
+class _ThrottlingBroker:
+    """Answers ApiVersions (v3) and Metadata (v12, no topics) with ``throttle_ms``."""
+
+    def __init__(self, throttle_ms: int) -> None:
+        self.throttle_ms = throttle_ms
+        self.port = 0
+        self._server: asyncio.Server | None = None
+        self._writers: list[asyncio.StreamWriter] = []
+
+    async def __aenter__(self) -> _ThrottlingBroker:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = int(self._server.sockets[0].getsockname()[1])
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for w in self._writers:
+            w.close()
+        await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        import datetime
+        import io
+        import struct
+
+        from kio.schema.api_versions.v3.response import ApiVersion, ApiVersionsResponse
+        from kio.schema.errors import ErrorCode
+        from kio.schema.metadata.v12 import response as md
+        from kio.serial import entity_writer
+        from kio.static.primitive import i16, i32, i32Timedelta
+
+        def encode(entity: Any) -> bytes:
+            buf = io.BytesIO()
+            entity_writer(type(entity))(buf, entity)
+            return buf.getvalue()
+
+        def frame(cid: int, body: bytes, flexible: bool) -> bytes:
+            head = struct.pack(">i", cid) + (b"\x00" if flexible else b"")
+            return struct.pack(">i", len(head) + len(body)) + head + body
+
+        self._writers.append(writer)
+        throttle = i32Timedelta.parse(datetime.timedelta(milliseconds=self.throttle_ms))
+        try:
+            while True:
+                size = int.from_bytes(await reader.readexactly(4), "big")
+                data = await reader.readexactly(size)
+                api_key, _version, cid = struct.unpack(">hhi", data[:8])
+                if api_key == 18:
+                    writer.write(frame(cid, encode(ApiVersionsResponse(
+                        error_code=ErrorCode.none, throttle_time=throttle, api_keys=(
+                            ApiVersion(api_key=i16(3), min_version=i16(0),
+                                       max_version=i16(12)),
+                            ApiVersion(api_key=i16(18), min_version=i16(0),
+                                       max_version=i16(3))))), flexible=False))
+                else:
+                    writer.write(frame(cid, encode(md.MetadataResponse(
+                        throttle_time=throttle, cluster_id="fake",
+                        controller_id=md.BrokerId(-1), topics=(),
+                        brokers=(md.MetadataResponseBroker(
+                            node_id=md.BrokerId(-1), host="127.0.0.1",
+                            port=i32(self.port)),))), flexible=True))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+
+
+@pytest.mark.asyncio
+async def test_a_throttled_metadata_answer_mutes_the_node() -> None:
+    """KIP-219 for the control plane: a Metadata answer with throttle_time_ms mutes
+    the node that sent it, as a Produce answer does."""
+    async with _ThrottlingBroker(400) as broker:
+        client = KafkaClient(f"127.0.0.1:{broker.port}")
+        try:
+            await client.bootstrap(5.0)
+            assert client.throttle_remaining(-1) > 0.3
+            assert not client.ready(-1)
+        finally:
+            await client.close()
