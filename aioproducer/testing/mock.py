@@ -246,7 +246,9 @@ class MockProducer:
     :attr:`transaction_initialized`, :attr:`transaction_in_flight`,
     :attr:`transaction_committed`, :attr:`transaction_aborted`, :attr:`sent_offsets`,
     :attr:`commit_count`, :attr:`abort_count`. No control records are emulated: offsets
-    stay consecutive across transactions.
+    stay consecutive across transactions. ``transaction_version`` (2 by default, or 1)
+    plays the protocol the cluster finalized (:attr:`transaction_version`): with 2,
+    every commit or abort bumps :attr:`producer_epoch`, as EndTxn v5 does (KIP-890).
     """
 
     def __init__(self, config: ProducerConfig | Mapping[str, Any] | None = None, *,
