@@ -175,6 +175,8 @@ class RecordAccumulator:
         self.load_stats: LoadStatsSink | None = None
         self.node_ready_at: dict[int, float] = {}
         self.node_drained_at: dict[int, float] = {}
+        self._last_cluster: Cluster | None = None
+        self._flying: Mapping[TopicPartition, Sized] | None = None
 
     # -- append path -------------------------------------------------------------
 
@@ -610,6 +612,8 @@ class RecordAccumulator:
         res = ReadyResult()
         exhausted = bool(self._waiters)
         send_now = exhausted or self.closing or self.flushes_in_progress > 0
+        self._last_cluster = cluster
+        self._flying = flying
         sink = self.load_stats
         queues: dict[str, tuple[list[int], list[int], list[int]]] | None = None
         if sink is not None and sink.sticky_topics and (
@@ -681,6 +685,29 @@ class RecordAccumulator:
             length = len(ids)
             missing = sorted(set(seen) - set(ids))
             sink.update_load_stats(topic, sizes + [0] * len(missing), ids + missing, length)
+
+    def topic_backlog(self, topic: str) -> tuple[list[int], list[int], int] | None:
+        """The topic's load statistics now (as :meth:`ready` reports them), for the
+        partitioner when it moves a sticky partition: between two Sender passes a
+        tight loop of sends can move it many times. None until every partition of the
+        topic has had a batch, or before the first Sender pass."""
+        cluster = self._last_cluster
+        sink = self.load_stats
+        if cluster is None or sink is None:
+            return None
+        info = cluster.topics.get(topic)
+        if info is None:
+            return None
+        q: tuple[list[int], list[int], list[int]] = ([], [], [])
+        for p in info.partitions:
+            tp = (topic, p.partition)
+            dq = self.batches.get(tp)
+            if dq is None:
+                return None
+            self._queue_stats(q, tp, dq, cluster, sink, self._flying)
+        sizes, ids, seen = q
+        missing = sorted(set(seen) - set(ids))
+        return sizes + [0] * len(missing), ids + missing, len(ids)
 
     def node_polled(self, node: int, now: float, can_drain: bool) -> None:
         """The Sender found ``node`` with batches ready; ``can_drain``: it could take

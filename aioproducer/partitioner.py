@@ -159,7 +159,8 @@ class RecordPartitioner:
     ``partitioner.adaptive.partitioning.enable``, ``partitioner.availability.timeout.ms``)."""
 
     __slots__ = ("_custom", "_hash", "_ignore_keys", "_load", "_rng", "adaptive",
-                 "appender", "availability_timeout_ms", "fast", "plugin", "sticky_topics")
+                 "appender", "availability_timeout_ms", "backlog", "fast", "plugin",
+                 "sticky_topics")
 
     def __init__(self, partitioner: str | PartitionFunction | Partitioner, *,
                  ignore_keys: bool = False, max_payload: int = -1, batch_size: int = 16384,
@@ -190,6 +191,9 @@ class RecordPartitioner:
         self.availability_timeout_ms = availability_timeout_ms
         # Per topic, the adaptive table (update_load_stats); absent: uniform choice.
         self._load: dict[str, LoadStats] = {}
+        self.backlog: Callable[[str], tuple[list[int], list[int], int] | None] | None = None
+        """The accumulator's ``topic_backlog``: fresh load statistics when the sticky
+        partition moves (else those of the last Sender pass)."""
         self.sticky_topics: set[str] = set()
         """Topics that had a sticky (keyless) choice: the accumulator computes their
         load statistics."""
@@ -324,6 +328,10 @@ class RecordPartitioner:
         by the topic's load statistics if there are any, else uniform over the
         partitions with a leader (all of them if none has one)."""
         r = self._rng.getrandbits(31)
+        if self.backlog is not None and self.adaptive:
+            fresh = self.backlog(topic)
+            if fresh is not None:
+                self.update_load_stats(topic, *fresh)
         stats = self._load.get(topic)
         n = len(info.partitions)
         if stats is not None:

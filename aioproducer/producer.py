@@ -90,6 +90,7 @@ class Producer:
         self._metrics = ProducerMetrics(c.client_id)
         self._accumulator.metrics = self._metrics
         self._accumulator.load_stats = self._partitioner  # adaptive partitioning (KIP-794)
+        self._partitioner.backlog = self._accumulator.topic_backlog
         self._client: KafkaClient | None = None
         self._security = security_from_config(c)  # TLS files are loaded (and checked) here
         self._sender: Sender | None = None

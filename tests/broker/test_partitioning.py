@@ -34,24 +34,36 @@ SEED = 794
 async def test_slow_broker_gets_less_keyless_load(kafka_cluster3: LocalKafka) -> None:
     """One broker answers every Produce request 20 ms late (a fault proxy in its own
     process in front of each node): with adaptive partitioning its partitions, whose
-    queues are longer, get well below their third of 20,000 keyless records."""
-    print("seed", SEED)
+    backlogs are longer, get well below their third of 20,000 keyless records (the
+    median of three seeded runs: the share of one run depends on the machine's load)."""
     bootstrap = kafka_cluster3.bootstrap
-    topic = create_topic(bootstrap, partitions=6)
+    # Warm the brokers up first (a fresh JVM answers its first requests slowly, which
+    # would make every broker look slow).
+    warm = create_topic(bootstrap, partitions=6)
     async with ProcessProxies(bootstrap) as proxies:
-        async with Producer(bootstrap_servers=proxies.bootstrap) as probe:
-            await probe.partitions_for(topic)
-            leaders = Counter(p.leader for p in probe._metadata.cluster.topics[topic].partitions)
-        # Kafka places one replica per partition round-robin: 2 leaders per node.
-        slow = next(node for node, n in sorted(leaders.items()) if n == 2)
-        res = await asyncio.wait_for(run_slow_broker(
-            proxies, topic, records=20_000, record_size=100, delay_ms=20, seed=SEED,
-            slow_node=slow, batch_size=4096, timeout_s=90), 120)
-    print(res.as_dict())
-    assert sum(res.per_partition.values()) == 20_000
-    assert res.slow_share < 0.25, res.as_dict()
-    offsets = partition_offsets(bootstrap, topic)
-    assert sum(high - low for low, high in offsets.values()) == 20_000
+        await asyncio.wait_for(run_slow_broker(proxies, warm, records=50_000, delay_ms=0,
+                                               seed=SEED, batch_size=2048), 120)
+    shares = []
+    for run in range(3):
+        seed = SEED + run
+        print("seed", seed)
+        topic = create_topic(bootstrap, partitions=6)
+        async with ProcessProxies(bootstrap) as proxies:
+            async with Producer(bootstrap_servers=proxies.bootstrap) as probe:
+                await probe.partitions_for(topic)
+                leaders = Counter(
+                    p.leader for p in probe._metadata.cluster.topics[topic].partitions)
+            # Kafka places one replica per partition round-robin: 2 leaders per node.
+            slow = next(node for node, n in sorted(leaders.items()) if n == 2)
+            res = await asyncio.wait_for(run_slow_broker(
+                proxies, topic, records=20_000, record_size=100, delay_ms=20, seed=seed,
+                slow_node=slow, batch_size=2048, timeout_s=90), 120)
+        print(res.as_dict())
+        assert sum(res.per_partition.values()) == 20_000
+        offsets = partition_offsets(bootstrap, topic)
+        assert sum(high - low for low, high in offsets.values()) == 20_000
+        shares.append(res.slow_share)
+    assert sorted(shares)[1] < 0.25, shares
 
 
 # -- custom partitioners ------------------------------------------------------------------
@@ -130,35 +142,47 @@ async def test_compressed_keyed_traffic_over_1000_partitions(kafka_bootstrap: st
                                                              codec: str) -> None:
     """50,000 keyed 100-byte records, compressed, over 1,000 partitions with the default
     32 MiB buffer_memory: each open batch takes batch_size from it (as in Java), not
-    its uncompressed capacity, so nothing waits for memory (max_block_ms=1000 would
-    turn a wait into BufferExhaustedError) and everything arrives."""
+    its uncompressed capacity (about 4x batch_size once the compression ratio is
+    known: a first round of records teaches it), so nothing waits for memory
+    (max_block_ms=1000 would turn a long wait into BufferExhaustedError; a short one
+    shows in bufferpool-wait-time-total) and everything arrives."""
     topic = topic_1000
     before = sum(high for _, high in partition_offsets(kafka_bootstrap, topic).values())
 
     rng = random.Random(SEED)
     print("seed", SEED)
-    words = [b"alpha", b"beta", b"gamma", b"delta", b"kafka", b"record"]
+    pages = [b"/home", b"/cart", b"/search", b"/item"]
     n = 50_000
-    values = [b" ".join(rng.choice(words) for _ in range(16))[:100].ljust(100, b".")
-              for _ in range(n)]
+    values = [(b'{"user":%d,"event":"page_view","path":"%s","ok":true}'
+               % (rng.randrange(10_000), rng.choice(pages))).ljust(100) for _ in range(n)]
     keys = [b"key-%d" % rng.randrange(100_000) for _ in range(n)]
     started = time.monotonic()
     async with Producer(bootstrap_servers=kafka_bootstrap, compression_type=codec,
-                        max_block_ms=1000, linger_ms=1000) as producer:
+                        max_block_ms=1000, linger_ms=60_000, batch_max_size=16384,
+                        delivery_timeout_ms=180_000) as producer:
         await producer.partitions_for(topic)
         acc = producer._accumulator
+        # The first round, on one partition: a hundred batches close, and the
+        # compression ratio is learned (the estimate comes down 0.005 a batch).
+        warm = await producer.send_many(topic, [values[i % n] for i in range(80_000)],
+                                        partition=0)
+        await producer.flush()
+        await warm
+        assert acc.ratios.estimate(topic) < 0.4
         lowest = acc.pool.available_memory
         futs = []
         for k, v in zip(keys, values, strict=True):
             futs.append(await producer.send(topic, v, key=k))
             lowest = min(lowest, acc.pool.available_memory)
+        # No send waited for memory, and the 1,000 open batches (linger_ms=60000: none is
+        # sent before the flush) took about 1,000 x batch_size (16 KiB) from the pool.
         assert acc.memory_waiters == 0
-        # about 1,000 open batches of batch_size (16 KiB) from the pool: half of it
-        assert acc.pool.total_memory - lowest <= 1000 * 16384 + 64 * 1024
+        assert producer.metrics()["bufferpool-wait-time-total"] == 0
+        assert acc.pool.total_memory - lowest <= 1000 * 16384 + 1024 * 1024
         await producer.flush()
         metas = [await f for f in futs]
     assert len(metas) == n
     print(f"{codec}: {n} records in {time.monotonic() - started:.1f} s, lowest free "
           f"{lowest} of {acc.pool.total_memory}")
     after = sum(high for _, high in partition_offsets(kafka_bootstrap, topic).values())
-    assert after - before == n
+    assert after - before == n + 80_000
