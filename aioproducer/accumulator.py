@@ -52,8 +52,9 @@ class StickyPartitioner(Protocol):
 
 
 class LoadStatsSink(Protocol):
-    """Where :meth:`RecordAccumulator.ready` reports the queues of the topics with
-    keyless records (adaptive partitioning, KIP-794)."""
+    """The partitioner, as the accumulator sees it for adaptive partitioning (KIP-794):
+    its settings (:meth:`RecordAccumulator.topic_backlog` and
+    :meth:`RecordAccumulator.node_polled` read them)."""
 
     adaptive: bool
     availability_timeout_ms: int
@@ -612,19 +613,11 @@ class RecordAccumulator:
         res = ReadyResult()
         exhausted = bool(self._waiters)
         send_now = exhausted or self.closing or self.flushes_in_progress > 0
+        # Kept for topic_backlog(), which the partitioner asks when it moves a sticky
+        # partition (adaptive partitioning, KIP-794).
         self._last_cluster = cluster
         self._flying = flying
-        sink = self.load_stats
-        queues: dict[str, tuple[list[int], list[int], list[int]]] | None = None
-        if sink is not None and sink.sticky_topics and (
-                sink.adaptive or sink.availability_timeout_ms > 0):
-            queues = {t: ([], [], []) for t in sink.sticky_topics}
         for tp, dq in self.batches.items():
-            if queues is not None:
-                q = queues.get(tp[0])
-                if q is not None:
-                    self._queue_stats(q, tp, dq, cluster, sink,  # type: ignore[arg-type]
-                                      flying)
             if not dq:
                 continue
             leader = cluster.leaders.get(tp)
@@ -643,9 +636,6 @@ class RecordAccumulator:
                     res.nodes.add(leader)
             else:
                 res.next_check = min(res.next_check, self.linger - waited)
-        if queues is not None:
-            assert sink is not None
-            self._report_load(queues, cluster, sink)
         return res
 
     def _queue_stats(self, q: tuple[list[int], list[int], list[int]], tp: TopicPartition,
@@ -670,21 +660,6 @@ class RecordAccumulator:
         inflight = flying.get(tp) if flying is not None else None
         q[0].append(len(dq) + (len(inflight) if inflight is not None else 0))
         q[1].append(tp[1])
-
-    def _report_load(self, queues: dict[str, tuple[list[int], list[int], list[int]]],
-                     cluster: Cluster, sink: LoadStatsSink) -> None:
-        # Java builds the table only once every partition of the topic has had a
-        # batch (an entry in the batches map): a partition it never saw would never
-        # be chosen. Partitions left out (no leader, not draining) are put last, so
-        # that the first ``length`` entries are the available ones.
-        for topic, (sizes, ids, seen) in queues.items():
-            info = cluster.topics.get(topic)
-            if info is None or len(seen) < len(info.partitions):
-                sink.update_load_stats(topic, None, None, 0)
-                continue
-            length = len(ids)
-            missing = sorted(set(seen) - set(ids))
-            sink.update_load_stats(topic, sizes + [0] * len(missing), ids + missing, length)
 
     def topic_backlog(self, topic: str) -> tuple[list[int], list[int], int] | None:
         """The topic's load statistics now (as :meth:`ready` reports them), for the

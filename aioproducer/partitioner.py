@@ -8,9 +8,9 @@ built-in partitioner (KIP-794, ``BuiltInPartitioner``): they stick to one partit
 until ``batch_size`` bytes were produced to it, counted record by record whatever the
 batch boundaries, and move on once the partition's open batch is full (or at twice
 ``batch_size`` in any case). The next partition is drawn with a probability inversely
-proportional to its queue (``partitioner_adaptive_partitioning_enable``: the
-accumulator hands :meth:`RecordPartitioner.update_load_stats` the queued batches per
-partition on every Sender pass), and partitions whose leader has had batches it could
+proportional to its backlog (``partitioner_adaptive_partitioning_enable``: the
+accumulator's ``topic_backlog`` gives the batches per partition not yet acknowledged,
+read when the sticky partition moves), and partitions whose leader has had batches it could
 not take for ``partitioner_availability_timeout_ms`` are left out.
 
 The native appender makes the per-record choice for ordinary records
