@@ -293,8 +293,12 @@ class ProducerConfig:
         validate_level("gzip", self.compression_gzip_level)
         validate_level("lz4", self.compression_lz4_level)
         validate_level("zstd", self.compression_zstd_level)
-        if not (callable(self.partitioner) or callable(getattr(self.partitioner, "partition", None))
-                or self.partitioner in ("murmur2", "xxhash")):
+        if isinstance(self.partitioner, str):  # str has a partition() method of its own
+            valid = self.partitioner in ("murmur2", "xxhash")
+        else:
+            valid = (callable(self.partitioner)
+                     or callable(getattr(self.partitioner, "partition", None)))
+        if not valid:
             raise ConfigError(
                 "partitioner must be 'murmur2', 'xxhash', an object with partition(topic, "
                 "key, key_bytes, value, value_bytes, cluster) (aioproducer.partitioner."
@@ -636,7 +640,7 @@ JAVA_OPTIONS: tuple[JavaOption, ...] = (
     _opt("transaction.timeout.ms", "transaction_timeout_ms", "int", _I),
     _opt("transaction.two.phase.commit.enable", None, "bool", _X,
          "two-phase commit (KIP-939) is not implemented", only=("false",)),
-    _opt("transactional.id", "transactional_id", "optional_str", _I),
+    _opt("transactional.id", "transactional_id", "str", _I),
     _opt("value.serializer", "value_serializer", "serializer", _M),
     # aioproducer's own dotted names
     _opt("batch.max.size", "batch_max_size", "int", _I),

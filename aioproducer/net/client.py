@@ -40,6 +40,7 @@ import kio.schema.metadata.v9.response as _m9
 import kio.schema.metadata.v10.response as _m10
 import kio.schema.metadata.v11.response as _m11
 import kio.schema.metadata.v12.response as _m12
+import kio.schema.metadata.v13.response as _m13
 from kio.static.primitive import i8
 
 from ..backoff import ExponentialBackoff
@@ -69,25 +70,28 @@ MetadataResponse: TypeAlias = (
     | _m4.MetadataResponse | _m5.MetadataResponse | _m6.MetadataResponse
     | _m7.MetadataResponse | _m8.MetadataResponse | _m9.MetadataResponse
     | _m10.MetadataResponse | _m11.MetadataResponse | _m12.MetadataResponse
+    | _m13.MetadataResponse
 )
-"""kio ``MetadataResponse`` v1..v12 (in practice v12 against any broker aioproducer
+"""kio ``MetadataResponse`` v1..v13 (in practice v12 or v13 against any broker aioproducer
 can produce to: Produce v9+ means Kafka 2.8+, which has Metadata v11+). Fields used
 by callers exist in every one: ``brokers[].node_id/host/port``,
 ``topics[].name/error_code/partitions[].partition_index/leader_id``; v7+ add
-``leader_epoch``, v10+ ``topic_id``."""
+``leader_epoch``, v10+ ``topic_id``, v13 a top-level ``error_code``
+(REBOOTSTRAP_REQUIRED, KIP-1102)."""
 
 _METADATA_TYPES: dict[int, type[MetadataResponse]] = {
     1: _m1.MetadataResponse, 2: _m2.MetadataResponse, 3: _m3.MetadataResponse,
     4: _m4.MetadataResponse, 5: _m5.MetadataResponse, 6: _m6.MetadataResponse,
     7: _m7.MetadataResponse, 8: _m8.MetadataResponse, 9: _m9.MetadataResponse,
     10: _m10.MetadataResponse, 11: _m11.MetadataResponse, 12: _m12.MetadataResponse,
+    13: _m13.MetadataResponse,
 }
 
 METADATA_KEY: Final = 3
 DESCRIBE_CONFIGS_KEY: Final = 32
 _DESCRIBE_CONFIGS_VERSIONS: Final = (1, 4)
 _TOPIC_RESOURCE: Final = 2
-_METADATA_VERSIONS: Final = (1, 12)
+_METADATA_VERSIONS: Final = (1, 13)
 _REBOOTSTRAP_REQUIRED: Final = 129
 _JITTER: Final = 0.2
 

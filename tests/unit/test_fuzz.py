@@ -5,6 +5,7 @@ response from a real broker's connection recovers through its retry path is in
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import random
@@ -18,6 +19,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from kio.schema.metadata.v12.response import MetadataResponse
+from kio.static.primitive import i64Timedelta
 
 from aioproducer.errors import ProtocolError
 from aioproducer.net.protocol import decode_entity
@@ -57,6 +59,15 @@ def test_kio_alone_aborts_on_a_hostile_count_and_decode_entity_refuses_it() -> N
     assert "memory allocation" in run.stderr, run.stderr[-2000:]
     with pytest.raises(ProtocolError, match=r"array of \d+ element\(s\)"):
         decode_entity(MetadataResponse, HOSTILE_METADATA)
+
+
+# kio writes any timedelta whose milliseconds fit an int64 but cannot read back those
+# near the limit (a session lifetime of 106,751,991 days failed the test below by
+# chance: "timedelta milliseconds overflow"). Kafka's durations are far shorter.
+st.register_type_strategy(i64Timedelta, st.timedeltas(
+    min_value=datetime.timedelta(days=-10**6), max_value=datetime.timedelta(days=10**6),
+).map(lambda d: i64Timedelta(datetime.timedelta(milliseconds=d // _MS))))
+_MS = datetime.timedelta(milliseconds=1)
 
 
 @pytest.mark.parametrize("entity_type", RESPONSE_TYPES, ids=type_name)

@@ -150,7 +150,7 @@ def test_ignored_option_warns_once_per_name_per_process() -> None:
      "socket_connection_setup_timeout_max_ms", 5000),
     ("client.dns.lookup", "resolve_canonical_bootstrap_servers_only", "client_dns_lookup",
      "resolve_canonical_bootstrap_servers_only"),
-    ("transactional.id", "", "transactional_id", None),
+    ("transactional.id", "txn-1", "transactional_id", "txn-1"),
     ("ssl.endpoint.identification.algorithm", "", "ssl_check_hostname", False),
     ("ssl.endpoint.identification.algorithm", "https", "ssl_check_hostname", True),
     ("partitioner.class", "", "partitioner", "murmur2"),
@@ -193,6 +193,7 @@ def test_lists_as_comma_separated_strings() -> None:
     ("sasl.jaas.config", "com.sun.security.auth.module.Krb5LoginModule required;",
      ["sasl.jaas.config", "Krb5LoginModule"]),
     ("linger.mss", "5", ["'linger.mss'", "did you mean 'linger.ms'"]),
+    ("transactional.id", "", ["transactional_id", "non-empty"]),  # Java: NonEmptyString
 ])
 def test_bad_values_are_config_errors_naming_the_option(
         name: str, value: str, words: list[str]) -> None:

@@ -235,3 +235,5 @@ def test_config_options() -> None:
         ProducerConfig(partitioner_adaptive_partitioning_enable=1).validated()  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="partitioner must be"):
         ProducerConfig(partitioner=object()).validated()  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="partitioner must be"):
+        ProducerConfig(partitioner="bogus").validated()  # str has a partition() method
