@@ -148,6 +148,9 @@ def test_ignored_option_warns_once_per_name_per_process() -> None:
     ("connections.max.idle.ms", "-1", "connections_max_idle_ms", -1),
     ("socket.connection.setup.timeout.max.ms", "5000",
      "socket_connection_setup_timeout_max_ms", 5000),
+    ("metadata.recovery.strategy", " REBOOTSTRAP ", "metadata_recovery_strategy",
+     "rebootstrap"),  # Java: CaseInsensitiveValidString
+    ("client.dns.lookup", "Use_All_DNS_IPs", "client_dns_lookup", "use_all_dns_ips"),
     ("client.dns.lookup", "resolve_canonical_bootstrap_servers_only", "client_dns_lookup",
      "resolve_canonical_bootstrap_servers_only"),
     ("transactional.id", "txn-1", "transactional_id", "txn-1"),
