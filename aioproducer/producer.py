@@ -541,6 +541,26 @@ class Producer:
         """
         await self._transactions("init_transactions()").init()
 
+    async def prepare_transaction(self) -> tuple[int, int] | None:
+        """Send the open transaction's records and give the transaction up, open,
+        for another process to end: returns (producer id, epoch) to pass to
+        :meth:`resume_transaction` of a producer with the same ``transactional_id``
+        (None if the transaction holds nothing). As Flink's Kafka sink does, for
+        two-phase commits (``aioproducer.spark_source``). Afterwards this producer can
+        only be closed; close() leaves the transaction open. It must be ended within
+        ``transaction_timeout_ms`` or the coordinator aborts it."""
+        return await self._transactions("prepare_transaction()").hand_over(self.flush)
+
+    async def resume_transaction(self, producer_id: int, epoch: int) -> None:
+        """Instead of :meth:`init_transactions`: take over the open transaction that
+        :meth:`prepare_transaction` handed over, then end it with
+        :meth:`commit_transaction` or :meth:`abort_transaction`. Committing a
+        transaction that was already committed succeeds (the coordinator takes it as a
+        retry); one the coordinator aborted (timed out) or whose id a newer producer
+        took raises :class:`ProducerFencedError` (or a
+        :class:`BrokerResponseError` such as INVALID_TXN_STATE)."""
+        await self._transactions("resume_transaction()").resume(producer_id, epoch)
+
     def begin_transaction(self) -> None:
         """Start a transaction: records sent from now on commit or abort together."""
         self._transactions("begin_transaction()").begin()

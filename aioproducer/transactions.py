@@ -212,6 +212,11 @@ async def transaction_block(producer: _P, begin: Callable[[], TxnStateMachine],
         raise
 
 
+async def _no_call(conn: BrokerConnection) -> int:
+    """A coordinator call that only connects (the connection tells the features)."""
+    return 0
+
+
 class TransactionManager:
     """The coordinator requests of one transactional producer, driving its
     :class:`~aioproducer.transaction_state.TxnStateMachine` (:attr:`machine`); the
@@ -500,6 +505,43 @@ class TransactionManager:
         if m.state is not TxnState.ABORTING:
             raise m.state_error("abort_transaction()")
         await self._finish(False)
+
+    async def hand_over(self, flush: Callable[[], Awaitable[None]]) -> tuple[int, int] | None:
+        """Send the open transaction's records, then give the transaction up without
+        ending it: returns (producer id, epoch) for :meth:`resume` in another producer
+        (None if nothing reached the coordinator, so there is nothing to end). This
+        producer can then only be closed (close() does not abort the transaction)."""
+        m = self.machine
+        m.enter("prepare_transaction()", TxnState.IN_TRANSACTION)
+        with m.running("prepare_transaction()"):
+            await self._wait_appending()
+            await flush()
+            if self._add_task is not None:
+                await asyncio.shield(self._add_task)
+        if m.state is not TxnState.IN_TRANSACTION:  # a batch of it failed
+            raise m.state_error("prepare_transaction()")
+        handle = (self._pid.producer_id, self._pid.epoch) if self._started else None
+        m.to_fatal(IllegalStateError(
+            f"the transaction of {self.transactional_id!r} was handed over by "
+            "prepare_transaction(); this producer can only be closed"))
+        return handle
+
+    async def resume(self, producer_id: int, epoch: int) -> None:
+        """Take over the open transaction that another producer with this
+        transactional id handed over (:meth:`hand_over`), without InitProducerId
+        (which would abort it); commit() or abort() then ends it. EndTxn carries the
+        given epoch, the one the transaction's records were written with (version 2
+        bumps the epoch only at EndTxn)."""
+        m = self.machine
+        m.enter("resume_transaction()", TxnState.UNINITIALIZED)
+        with m.running("resume_transaction()"):
+            await self._coordinator_call(_TRANSACTION, self.transactional_id,
+                                         "FindCoordinator", _no_call, self._max_block_s)
+        self._pid.assign(producer_id, epoch)
+        self._choose_version()
+        m.initialized()
+        self.begin()
+        self._started = True
 
     async def _finish(self, commit: bool) -> None:
         m = self.machine

@@ -1,0 +1,419 @@
+"""``format("aioproducer")``: a Spark 4 Python Data Source that writes to Kafka.
+
+It takes the options and the input schema of Spark's own Kafka sink, so a job written
+for ``format("kafka")`` runs by changing that one word::
+
+    import aioproducer.spark_source
+    aioproducer.spark_source.register(spark)      # once per SparkSession
+
+    (df.write.format("aioproducer")
+       .option("kafka.bootstrap.servers", "kafka:9092").option("topic", "events")
+       .mode("append").save())
+
+    (df.writeStream.format("aioproducer")
+       .option("kafka.bootstrap.servers", "kafka:9092").option("topic", "events")
+       .option("checkpointLocation", "/data/ckpt/events").start())
+
+Options: ``kafka.bootstrap.servers`` (required), ``topic`` (overrides a ``topic``
+column), and any other ``kafka.<name>``: a producer option under its Java name
+(``kafka.linger.ms``, ``kafka.compression.type``, ``kafka.transaction.timeout.ms``...).
+The columns are those of :mod:`aioproducer.spark` (``value``, ``key``, ``topic``,
+``partition``, ``headers``); a wrong schema raises :class:`~aioproducer.spark.SchemaError`
+while Spark plans the write, before any task runs.
+
+The batch writer is :func:`aioproducer.spark.publish` as a format: one producer per
+task, Arrow batches to ``send_many``; at-least-once (a retried task writes its rows
+again).
+
+The streaming writer is **exactly once** for ``read_committed`` consumers: each task of a
+micro-batch writes its rows in a Kafka transaction (transactional id
+``<prefix>-<partition>``), sends them, and hands the transaction over open
+(:meth:`Producer.prepare_transaction`); its commit message carries (transactional id,
+producer id, epoch). The driver's ``commit(messages, batch_id)`` first records them in
+the commit log (``<checkpointLocation>/aioproducer/<batch_id>.intent``), then resumes
+and commits each transaction (:meth:`Producer.resume_transaction`, no InitProducerId),
+then marks the batch done (``<batch_id>.done``). A task of a batch that already has an
+intent (a restarted query replaying it) writes nothing, and the driver commits the
+recorded transactions again (a commit repeated is a retry to the coordinator) instead:
+each row is committed once even when the driver dies between the commits. A retried
+task attempt re-initialises the same transactional id, which aborts what the failed
+attempt wrote.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import json
+import os
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+
+from .errors import ConfigError, KafkaError
+from .producer import Producer
+from .spark import (
+    PublishError,
+    SchemaError,
+    _check_schema,
+    _Chunk,
+    _prepare_chunk,
+    _producer_options,
+    _pump,
+    _Tally,
+    _task_failure,
+)
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType
+
+__all__ = ["AioproducerDataSource", "CommitLogError", "PublishError", "SchemaError",
+           "TaskReport", "TransactionLostError", "TxnMessage", "register"]
+
+_SINK_COLUMNS = ("value", "key", "topic", "partition", "headers")
+_REFUSED = ("key.serializer", "value.serializer", "transactional.id")
+_BATCH_ID = "streaming.sql.batchId"
+_FAIL_ONCE = "aioproducer.test.failafterwrite"
+"""Test hook: ``"<batch id>:<partition>"``; the first attempt of that task raises after
+its transaction is prepared."""
+
+
+class TransactionLostError(PublishError):
+    """A micro-batch's transaction could not be committed: the coordinator aborted it
+    (it stayed open longer than ``kafka.transaction.timeout.ms``) or a newer producer
+    took its transactional id. Its rows are not in Kafka."""
+
+
+class CommitLogError(PublishError):
+    """The exactly-once commit log (under ``checkpointLocation``) cannot be used."""
+
+
+def register(spark: SparkSession) -> None:
+    """Make ``format("aioproducer")`` available in ``spark``."""
+    spark.dataSource.register(AioproducerDataSource)
+
+
+@dataclasses.dataclass
+class TaskReport(WriterCommitMessage):
+    """What one task wrote (the commit message of the batch writer)."""
+
+    records: int = 0
+    bytes: int = 0
+    failures: int = 0
+    partition: int = -1
+
+
+@dataclasses.dataclass
+class TxnMessage(TaskReport):
+    """The commit message of a streaming task: its open transaction, if any."""
+
+    transactional_id: str | None = None
+    producer_id: int = -1
+    epoch: int = -1
+    batch_id: int = -1
+    skipped: bool = False
+    """The batch was already recorded for commit: the task wrote nothing."""
+
+
+# -- options -----------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class _Settings:
+    topic: str | None
+    options: dict[str, Any]
+    txn_prefix: str | None = None
+    commit_log: str | None = None
+    fail_once: tuple[int, int] | None = None
+
+
+def _parse(options: Mapping[str, str], schema: StructType, streaming: bool) -> _Settings:
+    """The writer's settings, or SchemaError / ConfigError (on the driver, at planning)."""
+    opts = {str(k).lower(): v for k, v in options.items()}
+    topic = opts.get("topic") or None
+    _check_schema(schema, topic)
+    bootstrap = opts.get("kafka.bootstrap.servers")
+    if not bootstrap:
+        raise ConfigError("option 'kafka.bootstrap.servers' is required")
+    config: dict[str, Any] = {}
+    for key, value in opts.items():
+        if not key.startswith("kafka.") or key == "kafka.bootstrap.servers":
+            continue
+        name = key[len("kafka."):]
+        if name in _REFUSED:
+            raise ConfigError(f"option {key!r} is not supported: records are the "
+                              "key/value columns as bytes"
+                              if "serializer" in name else
+                              f"option {key!r} is not supported: the streaming writer "
+                              "sets a transactional id per task")
+        config[name] = value
+    producer_options = _producer_options(bootstrap, config)
+    if not streaming:
+        return _Settings(topic, producer_options)
+    checkpoint = opts.get("checkpointlocation")
+    log_dir = opts.get("aioproducer.commitlog")
+    if log_dir is None:
+        if not checkpoint:
+            raise ConfigError("the streaming writer needs option 'checkpointLocation' "
+                              "(its exactly-once commit log lives there)")
+        log_dir = os.path.join(_local_path(checkpoint), "aioproducer")
+    log_dir = _local_path(log_dir)
+    prefix = opts.get("transactional.id.prefix") or (
+        "aioproducer-spark-" + hashlib.sha256(log_dir.encode()).hexdigest()[:16])
+    fail_once = None
+    if opts.get(_FAIL_ONCE):
+        b, p = opts[_FAIL_ONCE].split(":")
+        fail_once = (int(b), int(p))
+    return _Settings(topic, producer_options, prefix, log_dir, fail_once)
+
+
+def _local_path(location: str) -> str:
+    if location.startswith("file:"):
+        location = location[len("file:"):]
+        while location.startswith("//"):
+            location = location[1:]
+    elif "://" in location:
+        raise CommitLogError(f"{location!r}: the commit log must be on a filesystem "
+                             "path that the driver and executors share (file: or a "
+                             "plain path); set option 'aioproducer.commitLog'")
+    return os.path.abspath(location)
+
+
+# -- writing a task's rows -----------------------------------------------------------------
+
+def _normalize(batch: pa.RecordBatch, topic: str | None) -> pa.RecordBatch:
+    """Only the sink's columns, strings as UTF-8 binary (as publish()'s select does)."""
+    import pyarrow as pa
+
+    names = batch.schema.names
+    arrays, fields = [], []
+    for name in _SINK_COLUMNS:
+        if name not in names or (name == "topic" and topic is not None):
+            continue
+        col = batch.column(names.index(name))
+        if name in ("value", "key") and pa.types.is_string(col.type):
+            col = col.cast(pa.binary())
+        elif name in ("value", "key") and pa.types.is_large_string(col.type):
+            col = col.cast(pa.large_binary())
+        arrays.append(col)
+        fields.append(name)
+    return pa.RecordBatch.from_arrays(arrays, names=fields)
+
+
+def _partition_id() -> int:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    return -1 if ctx is None else ctx.partitionId()
+
+
+def _run_task(settings: _Settings, batches: Iterator[pa.RecordBatch],
+              transactional_id: str | None, fail: bool
+              ) -> tuple[_Tally, tuple[int, int] | None]:
+    """Produce every batch; with a transactional id, in a transaction handed over open."""
+    topic = settings.topic
+    executor = ThreadPoolExecutor(1, thread_name_prefix="aioproducer-spark-read")
+
+    def fetch() -> _Chunk | None:
+        batch = next(batches, None)
+        return None if batch is None else _prepare_chunk(_normalize(batch, topic), topic)
+
+    async def run() -> tuple[_Tally, tuple[int, int] | None]:
+        tally = _Tally()
+        options = dict(settings.options)
+        handle = None
+        if transactional_id is not None:
+            options["transactional_id"] = transactional_id
+        async with Producer(options) as producer:
+            if transactional_id is not None:
+                await producer.init_transactions()  # aborts a failed attempt's rows
+                producer.begin_transaction()
+            await _pump(producer, fetch, executor, tally)
+            await producer.flush()
+            await tally.wait_all()
+            if tally.failures:
+                assert tally.first_error is not None
+                raise PublishError(_task_failure(
+                    tally.first_error, f"{tally.failures} of {tally.records} records "
+                                       "failed; first: "))
+            if transactional_id is not None:
+                handle = await producer.prepare_transaction()
+        if fail:
+            raise PublishError(_task_failure(RuntimeError(
+                "injected failure after writing (option aioproducer.test.failAfterWrite)")))
+        return tally, handle
+
+    try:
+        return asyncio.run(run())
+    except PublishError:
+        raise
+    except KafkaError as exc:
+        raise PublishError(_task_failure(exc)) from exc
+    finally:
+        executor.shutdown(wait=True)
+
+
+class _BatchWriter(DataSourceArrowWriter):
+    def __init__(self, settings: _Settings) -> None:
+        self.settings = settings
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskReport:
+        tally, _ = _run_task(self.settings, iterator, None, False)
+        return TaskReport(tally.records, tally.bytes, tally.failures, _partition_id())
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        pass
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        pass
+
+
+# -- the commit log ------------------------------------------------------------------------
+
+def _intent_path(log_dir: str, batch_id: int) -> str:
+    return os.path.join(log_dir, f"{batch_id}.intent")
+
+
+def _done_path(log_dir: str, batch_id: int) -> str:
+    return os.path.join(log_dir, f"{batch_id}.done")
+
+
+def _write_atomic(path: str, text: str) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(os.path.dirname(path), os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _read_intent(log_dir: str, batch_id: int) -> list[tuple[str, int, int]] | None:
+    try:
+        with open(_intent_path(log_dir, batch_id), encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise CommitLogError(f"batch {batch_id}: unreadable commit log entry: {exc}") from exc
+    return [(str(t), int(p), int(e)) for t, p, e in data["transactions"]]
+
+
+async def _end(options: Mapping[str, Any], txns: list[tuple[str, int, int]],
+               commit: bool) -> None:
+    async def one(txn: tuple[str, int, int]) -> None:
+        transactional_id, producer_id, epoch = txn
+        async with Producer({**options, "transactional_id": transactional_id}) as producer:
+            await producer.resume_transaction(producer_id, epoch)
+            if commit:
+                await producer.commit_transaction()
+            else:
+                await producer.abort_transaction()
+
+    results = await asyncio.gather(*(one(t) for t in txns), return_exceptions=True)
+    failed = [(t, r) for t, r in zip(txns, results, strict=True)
+              if isinstance(r, BaseException)]
+    if failed:
+        (tid, pid, epoch), exc = failed[0]
+        raise TransactionLostError(
+            f"{len(failed)} of {len(txns)} transactions could not be "
+            f"{'committed' if commit else 'aborted'}; first: {tid!r} (producer id {pid}, "
+            f"epoch {epoch}): {type(exc).__name__}: {exc}. A transaction open longer than "
+            "kafka.transaction.timeout.ms is aborted by its coordinator: its rows are "
+            "lost") from exc
+
+
+class _StreamWriter(DataSourceStreamArrowWriter):
+    def __init__(self, settings: _Settings) -> None:
+        self.settings = settings
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> TxnMessage:
+        from pyspark import TaskContext
+
+        s = self.settings
+        assert s.commit_log is not None
+        ctx = TaskContext.get()
+        partition = _partition_id()
+        raw = ctx.getLocalProperty(_BATCH_ID) if ctx is not None else None
+        if raw is None:
+            raise PublishError("aioproducer: no micro-batch id in the task's properties")
+        batch_id = int(raw)
+        if os.path.exists(_intent_path(s.commit_log, batch_id)):
+            # A replay of a batch recorded for commit: its transactions are committed
+            # from the record, so writing again would duplicate.
+            return TxnMessage(partition=partition, batch_id=batch_id, skipped=True)
+        first = next(iterator, None)
+        if first is None:
+            return TxnMessage(partition=partition, batch_id=batch_id)
+        attempt = ctx.attemptNumber() if ctx is not None else 0
+        fail = s.fail_once == (batch_id, partition) and attempt == 0
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            yield first
+            yield from iterator
+
+        tid = f"{s.txn_prefix}-{partition}"
+        tally, handle = _run_task(s, batches(), tid, fail)
+        message = TxnMessage(tally.records, tally.bytes, tally.failures, partition,
+                             batch_id=batch_id)
+        if handle is not None:
+            message.transactional_id = tid
+            message.producer_id, message.epoch = handle
+        return message
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        s = self.settings
+        assert s.commit_log is not None
+        if os.path.exists(_done_path(s.commit_log, batchId)):
+            return
+        txns = _read_intent(s.commit_log, batchId)
+        if txns is None:
+            txns = [(m.transactional_id, m.producer_id, m.epoch) for m in messages
+                    if isinstance(m, TxnMessage) and m.transactional_id is not None]
+            _write_atomic(_intent_path(s.commit_log, batchId), json.dumps(
+                {"batch_id": batchId, "transactions": txns}))
+        if txns:
+            asyncio.run(_end(s.options, txns, commit=True))
+        _write_atomic(_done_path(s.commit_log, batchId), json.dumps({
+            "batch_id": batchId, "transactions": len(txns),
+            "records": sum(m.records for m in messages if isinstance(m, TaskReport))}))
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        s = self.settings
+        assert s.commit_log is not None
+        if _read_intent(s.commit_log, batchId) is not None:
+            return  # recorded for commit: a restart commits it
+        txns = [(m.transactional_id, m.producer_id, m.epoch) for m in messages
+                if isinstance(m, TxnMessage) and m.transactional_id is not None]
+        if txns:
+            asyncio.run(_end(s.options, txns, commit=False))
+
+
+class AioproducerDataSource(DataSource):
+    """``format("aioproducer")``: Spark's Kafka sink options and schema, written with
+    aioproducer (batch: at-least-once; streaming: exactly once)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "aioproducer"
+
+    def writer(self, schema: StructType, overwrite: bool) -> _BatchWriter:
+        return _BatchWriter(_parse(self.options, schema, streaming=False))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> _StreamWriter:
+        return _StreamWriter(_parse(self.options, schema, streaming=True))
+

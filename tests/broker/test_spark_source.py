@@ -1,0 +1,252 @@
+"""format("aioproducer"): the Spark Python Data Source, batch and streaming (exactly once).
+
+Real Spark 4 local mode (``local[2, 2]``: a failed task is tried twice) and the test
+broker; what arrives is read back with confluent-kafka (tests/support/kafka_util.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.kafka_util import consume_all
+
+from aioproducer import Producer
+from aioproducer._native import murmur2_partition
+
+pa = pytest.importorskip("pyarrow", reason="pip install -e '.[spark]'")
+pyspark_sql = pytest.importorskip("pyspark.sql", reason="pip install -e '.[spark]'")
+
+from aioproducer import spark_source  # noqa: E402  (needs pyspark)
+
+TopicFactory = Any
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    saved = {k: os.environ.get(k) for k in ("SPARK_LOCAL_IP", "PYSPARK_PYTHON")}
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # the workers import aioproducer
+    existing = pyspark_sql.SparkSession.getActiveSession()
+    session = (
+        pyspark_sql.SparkSession.builder.master("local[2, 2]")
+        .appName("aioproducer-source-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    spark_source.register(session)
+    try:
+        yield session
+    finally:
+        if existing is None:
+            session.stop()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+# -- the producer hook: a transaction handed over and committed by another producer ------
+
+@pytest.mark.asyncio
+async def test_prepared_transaction_resumed_and_committed_once(
+        kafka_bootstrap: str, topic_factory: TopicFactory) -> None:
+    topic = topic_factory(partitions=2)
+    tid = f"resume-{topic}"
+    async with Producer(bootstrap_servers=kafka_bootstrap, transactional_id=tid) as p:
+        await p.init_transactions()
+        p.begin_transaction()
+        for i in range(10):
+            await p.send(topic, f"v{i}".encode(), f"k{i}".encode())
+        handle = await p.prepare_transaction()
+    assert handle is not None
+    producer_id, epoch = handle
+    # Open: a read_committed consumer sees nothing yet, a read_uncommitted one all 10.
+    assert len(consume_all(kafka_bootstrap, topic, 10)) == 10
+    assert consume_all(kafka_bootstrap, topic, 0, timeout=3,
+                       isolation="read_committed") == []
+    for _ in range(2):  # the second commit is a retry to the coordinator: no error
+        async with Producer(bootstrap_servers=kafka_bootstrap,
+                            transactional_id=tid) as q:
+            await q.resume_transaction(producer_id, epoch)
+            await q.commit_transaction()
+    got = consume_all(kafka_bootstrap, topic, 10, isolation="read_committed")
+    assert sorted(c.value for c in got if c.value) == sorted(
+        f"v{i}".encode() for i in range(10))
+
+
+@pytest.mark.asyncio
+async def test_prepare_with_nothing_sent_returns_none(kafka_bootstrap: str) -> None:
+    async with Producer(bootstrap_servers=kafka_bootstrap,
+                        transactional_id="resume-empty") as p:
+        await p.init_transactions()
+        p.begin_transaction()
+        assert await p.prepare_transaction() is None
+        with pytest.raises(Exception, match="handed over"):
+            p.begin_transaction()
+
+
+# -- batch ---------------------------------------------------------------------------------
+
+@pytest.mark.slow  # a Spark session
+def test_batch_write_field_by_field(spark: Any, kafka_bootstrap: str,
+                                    topic_factory: TopicFactory) -> None:
+    a, b = topic_factory(partitions=3), topic_factory(partitions=3)
+    n = 3000
+    df = spark.range(0, n, numPartitions=3).selectExpr(
+        "CASE WHEN id % 10 = 3 THEN NULL ELSE concat('v', cast(id AS string)) END AS value",
+        "CASE WHEN id % 7 = 0 THEN NULL ELSE cast(concat('k', cast(id AS string)) AS binary)"
+        " END AS key",
+        f"CASE WHEN id % 2 = 0 THEN '{a}' ELSE '{b}' END AS topic",
+        "CASE WHEN id % 11 = 0 THEN cast(id % 3 AS int) ELSE NULL END AS partition",
+        "CASE WHEN id % 5 = 0 THEN array(named_struct('key', 'h',"
+        " 'value', cast(cast(id AS string) AS binary))) ELSE NULL END AS headers",
+        "id AS ignored")
+    (df.write.format("aioproducer").option("kafka.bootstrap.servers", kafka_bootstrap)
+     .option("kafka.linger.ms", "5").mode("append").save())
+    got = (consume_all(kafka_bootstrap, a, n // 2)
+           + consume_all(kafka_bootstrap, b, n // 2))
+    assert len(got) == n
+    want = {}
+    for i in range(n):
+        want[i] = (a if i % 2 == 0 else b,
+                   None if i % 7 == 0 else f"k{i}".encode(),
+                   None if i % 10 == 3 else f"v{i}".encode(),
+                   [("h", str(i).encode())] if i % 5 == 0 else [])
+    have = Counter((c.topic, c.key, c.value, tuple(c.headers)) for c in got)
+    assert have == Counter((t, k, v, tuple(h)) for t, k, v, h in want.values())
+    for c in got:
+        i = int((c.key or c.value or b"x-1")[1:]) if (c.key or c.value) else -1
+        if i < 0:
+            continue
+        if i % 11 == 0:
+            assert c.partition == i % 3, c
+        elif c.key is not None:
+            assert c.partition == murmur2_partition(c.key, 3), c
+
+
+@pytest.mark.slow  # a Spark session
+def test_batch_schema_error_before_any_task(spark: Any) -> None:
+    sc = spark.sparkContext
+    group = "aioproducer-source-schema"
+    sc.setJobGroup(group, "must run no job")
+    try:
+        df = spark.range(3).selectExpr("id AS value")
+        with pytest.raises(Exception, match="SchemaError") as info:
+            (df.write.format("aioproducer").option("kafka.bootstrap.servers", "127.0.0.1:1")
+             .option("topic", "t").mode("append").save())
+        assert "column 'value' is bigint" in str(info.value)
+        assert list(sc.statusTracker().getJobIdsForGroup(group)) == []
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+
+
+# -- streaming, exactly once -----------------------------------------------------------------
+
+def _run_stream(spark: Any, bootstrap: str, topic: str, checkpoint: Path,
+                batches: int, extra: dict[str, str] | None = None) -> None:
+    """A rate source (two partitions) into format("aioproducer") until ``batches``
+    more micro-batches have completed (60 s at most), then stop."""
+    stream = (spark.readStream.format("rate").option("rowsPerSecond", "300")
+              .option("numPartitions", "2").load()
+              .selectExpr("cast(value AS string) AS value",
+                          "cast(value % 17 AS string) AS key"))
+    writer = (stream.writeStream.format("aioproducer")
+              .option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
+              .option("kafka.transaction.timeout.ms", "20000")
+              .option("checkpointLocation", str(checkpoint))
+              .trigger(processingTime="500 milliseconds"))
+    for k, v in (extra or {}).items():
+        writer = writer.option(k, v)
+    query = writer.start()
+    try:
+        deadline = time.monotonic() + 60
+        done = 0
+        while done < batches:
+            assert time.monotonic() < deadline, query.lastProgress
+            assert query.exception() is None, query.exception()
+            progress = query.recentProgress
+            done = sum(1 for p in progress if p["numInputRows"] > 0)
+            time.sleep(0.2)
+    finally:
+        query.stop()
+
+
+def _committed_values(bootstrap: str, topic: str) -> list[int]:
+    got = consume_all(bootstrap, topic, 1, timeout=20, isolation="read_committed")
+    return sorted(int(c.value) for c in got if c.value is not None)
+
+
+@pytest.mark.slow  # a Spark streaming query, twice
+def test_stream_restart_and_task_failure_exactly_once(
+        spark: Any, kafka_bootstrap: str, topic_factory: TopicFactory,
+        tmp_path: Path) -> None:
+    topic = topic_factory(partitions=3)
+    checkpoint = tmp_path / "ckpt"
+    _run_stream(spark, kafka_bootstrap, topic, checkpoint, 3,
+                {"aioproducer.test.failAfterWrite": "1:0"})
+    first = _committed_values(kafka_bootstrap, topic)
+    assert first and first == list(range(len(first)))  # batch 1 partition 0 retried
+    _run_stream(spark, kafka_bootstrap, topic, checkpoint, 3)
+    values = _committed_values(kafka_bootstrap, topic)
+    assert len(values) > len(first)
+    assert values == list(range(len(values))), Counter(values).most_common(3)
+    done = sorted(int(f.split(".")[0]) for f in os.listdir(checkpoint / "aioproducer")
+                  if f.endswith(".done"))
+    assert done == list(range(len(done))) and len(done) >= 4
+    # The failed first attempt of batch 1, partition 0 wrote rows that were aborted:
+    # read_uncommitted sees some of batch 1's rows twice, read_committed once.
+    counts = [json.loads((checkpoint / "aioproducer" / f"{b}.done").read_text())["records"]
+              for b in (0, 1)]
+    assert counts[1] > 0
+    batch1 = range(counts[0], counts[0] + counts[1])
+    seen = Counter(int(c.value) for c in consume_all(kafka_bootstrap, topic, len(values),
+                                                     timeout=10) if c.value is not None)
+    assert any(seen[v] == 2 for v in batch1)
+
+
+@pytest.mark.slow  # a Spark streaming query
+def test_stream_replayed_batch_commits_recorded_transactions(
+        spark: Any, kafka_bootstrap: str, topic_factory: TopicFactory,
+        tmp_path: Path) -> None:
+    """The driver died after recording batch N's transactions (intent) but before its
+    ``.done`` and Spark's commit log: the replayed batch writes nothing new and the
+    recorded transactions are committed (again): no duplicates."""
+    topic = topic_factory(partitions=2)
+    checkpoint = tmp_path / "ckpt"
+    _run_stream(spark, kafka_bootstrap, topic, checkpoint, 2)
+    before = _committed_values(kafka_bootstrap, topic)
+    log_dir = checkpoint / "aioproducer"
+    last = max(int(f.split(".")[0]) for f in os.listdir(log_dir) if f.endswith(".done"))
+    # Forget that Spark and we finished batch `last` (and any batch planned after
+    # it): the restarted query replays `last` from its recorded offsets.
+    (log_dir / f"{last}.done").unlink()
+    doomed = [checkpoint / "commits" / str(last)]
+    doomed += [f for f in (checkpoint / "offsets").iterdir()
+               if f.name.isdigit() and int(f.name) > last]
+    for f in doomed:
+        f.unlink(missing_ok=True)
+        (f.parent / f".{f.name}.crc").unlink(missing_ok=True)
+    _run_stream(spark, kafka_bootstrap, topic, checkpoint, 2)
+    values = _committed_values(kafka_bootstrap, topic)
+    assert len(values) > len(before)
+    assert values == list(range(len(values))), Counter(values).most_common(3)
+    # The replay wrote nothing (its tasks found the intent) and committed the
+    # recorded transactions again.
+    done = json.loads((log_dir / f"{last}.done").read_text())
+    intent = json.loads((log_dir / f"{last}.intent").read_text())
+    assert done["records"] == 0
+    assert done["transactions"] == len(intent["transactions"]) > 0
+
