@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 from support.kafka_util import consume_all
 
-from aioproducer import Producer
 from aioproducer._native import murmur2_partition
 
 pa = pytest.importorskip("pyarrow", reason="pip install -e '.[spark]'")
@@ -56,46 +55,6 @@ def spark() -> Iterator[Any]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-
-
-# -- the producer hook: a transaction handed over and committed by another producer ------
-
-@pytest.mark.asyncio
-async def test_prepared_transaction_resumed_and_committed_once(
-        kafka_bootstrap: str, topic_factory: TopicFactory) -> None:
-    topic = topic_factory(partitions=2)
-    tid = f"resume-{topic}"
-    async with Producer(bootstrap_servers=kafka_bootstrap, transactional_id=tid) as p:
-        await p.init_transactions()
-        p.begin_transaction()
-        for i in range(10):
-            await p.send(topic, f"v{i}".encode(), f"k{i}".encode())
-        handle = await p.prepare_transaction()
-    assert handle is not None
-    producer_id, epoch = handle
-    # Open: a read_committed consumer sees nothing yet, a read_uncommitted one all 10.
-    assert len(consume_all(kafka_bootstrap, topic, 10)) == 10
-    assert consume_all(kafka_bootstrap, topic, 0, timeout=3,
-                       isolation="read_committed") == []
-    for _ in range(2):  # the second commit is a retry to the coordinator: no error
-        async with Producer(bootstrap_servers=kafka_bootstrap,
-                            transactional_id=tid) as q:
-            await q.resume_transaction(producer_id, epoch)
-            await q.commit_transaction()
-    got = consume_all(kafka_bootstrap, topic, 10, isolation="read_committed")
-    assert sorted(c.value for c in got if c.value) == sorted(
-        f"v{i}".encode() for i in range(10))
-
-
-@pytest.mark.asyncio
-async def test_prepare_with_nothing_sent_returns_none(kafka_bootstrap: str) -> None:
-    async with Producer(bootstrap_servers=kafka_bootstrap,
-                        transactional_id="resume-empty") as p:
-        await p.init_transactions()
-        p.begin_transaction()
-        assert await p.prepare_transaction() is None
-        with pytest.raises(Exception, match="handed over"):
-            p.begin_transaction()
 
 
 # -- batch ---------------------------------------------------------------------------------
