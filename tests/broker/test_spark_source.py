@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from collections import Counter
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 from support.kafka_util import consume_all
 
+from aioproducer import Producer
 from aioproducer._native import murmur2_partition
 
 pa = pytest.importorskip("pyarrow", reason="pip install -e '.[spark]'")
@@ -209,3 +211,51 @@ def test_stream_replayed_batch_commits_recorded_transactions(
     assert done["records"] == 0
     assert done["transactions"] == len(intent["transactions"]) > 0
 
+
+
+@pytest.mark.slow  # a Spark session
+@pytest.mark.parametrize(("select", "options", "message"), [
+    (["cast(value AS int) AS value"], {"checkpointLocation": "CKPT"},
+     "SchemaError: column 'value' is int"),
+    (["cast(value AS string) AS value"], {"checkpointLocation": "CKPT",
+                                          "aioproducer.commitLog": "s3://b/log"},
+     "CommitLogError: 's3://b/log': the commit log must be on a filesystem path"),
+    (["cast(value AS string) AS value"], {"checkpointLocation": "CKPT",
+                                          "kafka.transactional.id": "x"},
+     "ConfigError: option 'kafka.transactional.id' is not supported"),
+])
+def test_stream_refused_before_any_batch(spark: Any, tmp_path: Path, select: list[str],
+                                         options: dict[str, str], message: str) -> None:
+    df = spark.readStream.format("rate").load().selectExpr(*select)
+    writer = (df.writeStream.format("aioproducer")
+              .option("kafka.bootstrap.servers", "127.0.0.1:1").option("topic", "t"))
+    for k, v in options.items():
+        writer = writer.option(k, v.replace("CKPT", str(tmp_path / "ckpt")))
+    query = None
+    with pytest.raises(Exception, match=re.escape(message)):
+        query = writer.start()
+        query.awaitTermination(60)
+    if query is not None:
+        query.stop()
+    assert not (tmp_path / "ckpt" / "aioproducer").exists()
+
+
+@pytest.mark.asyncio
+async def test_lost_transaction_is_a_typed_error(kafka_bootstrap: str,
+                                                 topic_factory: TopicFactory) -> None:
+    """The driver's commit of a transaction the coordinator aborted raises
+    TransactionLostError naming the transaction timeout."""
+    topic = topic_factory()
+    tid = f"lost-{topic}"
+    async with Producer(bootstrap_servers=kafka_bootstrap, transactional_id=tid) as p:
+        await p.init_transactions()
+        p.begin_transaction()
+        await p.send(topic, b"x")
+        handle = await p.prepare_transaction()
+    assert handle is not None
+    async with Producer(bootstrap_servers=kafka_bootstrap, transactional_id=tid) as p:
+        await p.init_transactions()  # aborts it, as the coordinator's timeout would
+    with pytest.raises(spark_source.TransactionLostError,
+                       match=re.escape("kafka.transaction.timeout.ms")):
+        await spark_source._end({"bootstrap_servers": kafka_bootstrap},
+                                [(tid, *handle)], commit=True)
