@@ -46,6 +46,7 @@ import asyncio
 import dataclasses
 import hashlib
 import json
+import logging
 import os
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -80,12 +81,17 @@ if TYPE_CHECKING:
 __all__ = ["AioproducerDataSource", "CommitLogError", "PublishError", "SchemaError",
            "TaskReport", "TransactionLostError", "TxnMessage", "register"]
 
+log = logging.getLogger("aioproducer.spark_source")
+
 _SINK_COLUMNS = ("value", "key", "topic", "partition", "headers")
 _REFUSED = ("key.serializer", "value.serializer", "transactional.id")
 _BATCH_ID = "streaming.sql.batchId"
 _FAIL_ONCE = "aioproducer.test.failafterwrite"
 """Test hook: ``"<batch id>:<partition>"``; the first attempt of that task raises after
 its transaction is prepared."""
+_CRASH_AFTER_COMMIT = "aioproducer.test.crashaftercommit"
+"""Test hook: ``"<batch id>"``; the driver's commit() of that batch raises after its
+transactions are committed, before it is marked done (as if the driver died there)."""
 
 
 class TransactionLostError(PublishError):
@@ -134,6 +140,7 @@ class _Settings:
     txn_prefix: str | None = None
     commit_log: str | None = None
     fail_once: tuple[int, int] | None = None
+    crash_after_commit: int | None = None
 
 
 def _parse(options: Mapping[str, str], schema: StructType, streaming: bool) -> _Settings:
@@ -173,7 +180,9 @@ def _parse(options: Mapping[str, str], schema: StructType, streaming: bool) -> _
     if opts.get(_FAIL_ONCE):
         b, p = opts[_FAIL_ONCE].split(":")
         fail_once = (int(b), int(p))
-    return _Settings(topic, producer_options, prefix, log_dir, fail_once)
+    crash = opts.get(_CRASH_AFTER_COMMIT)
+    return _Settings(topic, producer_options, prefix, log_dir, fail_once,
+                     None if crash is None else int(crash))
 
 
 def _local_path(location: str) -> str:
@@ -271,7 +280,10 @@ class _BatchWriter(DataSourceArrowWriter):
         return TaskReport(tally.records, tally.bytes, tally.failures, _partition_id())
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        pass
+        reports = [m for m in messages if isinstance(m, TaskReport)]
+        log.info("format(\"aioproducer\"): %d rows, %d bytes, %d failed, %d tasks",
+                 sum(m.records for m in reports), sum(m.bytes for m in reports),
+                 sum(m.failures for m in reports), len(reports))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         pass
@@ -388,9 +400,16 @@ class _StreamWriter(DataSourceStreamArrowWriter):
                 {"batch_id": batchId, "transactions": txns}))
         if txns:
             asyncio.run(_end(s.options, txns, commit=True))
-        _write_atomic(_done_path(s.commit_log, batchId), json.dumps({
-            "batch_id": batchId, "transactions": len(txns),
-            "records": sum(m.records for m in messages if isinstance(m, TaskReport))}))
+        if s.crash_after_commit == batchId:
+            raise PublishError(f"injected crash after committing batch {batchId} (option "
+                               "aioproducer.test.crashAfterCommit)")
+        reports = [m for m in messages if isinstance(m, TaskReport)]
+        summary = {"batch_id": batchId, "transactions": len(txns),
+                   "records": sum(m.records for m in reports),
+                   "bytes": sum(m.bytes for m in reports),
+                   "tasks": len(reports)}
+        _write_atomic(_done_path(s.commit_log, batchId), json.dumps(summary))
+        log.info("format(\"aioproducer\"): micro-batch committed: %s", summary)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         s = self.settings

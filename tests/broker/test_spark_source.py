@@ -137,7 +137,7 @@ def _run_stream(spark: Any, bootstrap: str, topic: str, checkpoint: Path,
         done = 0
         while done < batches:
             assert time.monotonic() < deadline, query.lastProgress
-            assert query.exception() is None, query.exception()
+            assert query.exception() is None, str(query.exception())
             progress = query.recentProgress
             done = sum(1 for p in progress if p["numInputRows"] > 0)
             time.sleep(0.2)
@@ -182,35 +182,29 @@ def test_stream_restart_and_task_failure_exactly_once(
 def test_stream_replayed_batch_commits_recorded_transactions(
         spark: Any, kafka_bootstrap: str, topic_factory: TopicFactory,
         tmp_path: Path) -> None:
-    """The driver died after recording batch N's transactions (intent) but before its
-    ``.done`` and Spark's commit log: the replayed batch writes nothing new and the
-    recorded transactions are committed (again): no duplicates."""
+    """The driver dies after committing batch 2's transactions but before its ``.done``
+    and Spark's commit log (a test option makes commit() raise there): the restarted
+    query replays batch 2, whose tasks write nothing, and the recorded transactions are
+    committed again (a retry to the coordinator): every row once."""
     topic = topic_factory(partitions=2)
     checkpoint = tmp_path / "ckpt"
-    _run_stream(spark, kafka_bootstrap, topic, checkpoint, 2)
-    before = _committed_values(kafka_bootstrap, topic)
+    with pytest.raises(AssertionError, match="injected crash after committing batch 2"):
+        _run_stream(spark, kafka_bootstrap, topic, checkpoint, 10,
+                    {"aioproducer.test.crashAfterCommit": "2"})
     log_dir = checkpoint / "aioproducer"
-    last = max(int(f.split(".")[0]) for f in os.listdir(log_dir) if f.endswith(".done"))
-    # Forget that Spark and we finished batch `last` (and any batch planned after
-    # it): the restarted query replays `last` from its recorded offsets.
-    (log_dir / f"{last}.done").unlink()
-    doomed = [checkpoint / "commits" / str(last)]
-    doomed += [f for f in (checkpoint / "offsets").iterdir()
-               if f.name.isdigit() and int(f.name) > last]
-    for f in doomed:
-        f.unlink(missing_ok=True)
-        (f.parent / f".{f.name}.crc").unlink(missing_ok=True)
+    assert (log_dir / "2.intent").exists() and not (log_dir / "2.done").exists()
+    assert not (checkpoint / "commits" / "2").exists()
+    before = _committed_values(kafka_bootstrap, topic)
     _run_stream(spark, kafka_bootstrap, topic, checkpoint, 2)
     values = _committed_values(kafka_bootstrap, topic)
     assert len(values) > len(before)
     assert values == list(range(len(values))), Counter(values).most_common(3)
     # The replay wrote nothing (its tasks found the intent) and committed the
     # recorded transactions again.
-    done = json.loads((log_dir / f"{last}.done").read_text())
-    intent = json.loads((log_dir / f"{last}.intent").read_text())
+    done = json.loads((log_dir / "2.done").read_text())
+    intent = json.loads((log_dir / "2.intent").read_text())
     assert done["records"] == 0
     assert done["transactions"] == len(intent["transactions"]) > 0
-
 
 
 @pytest.mark.slow  # a Spark session
@@ -259,3 +253,4 @@ async def test_lost_transaction_is_a_typed_error(kafka_bootstrap: str,
                        match=re.escape("kafka.transaction.timeout.ms")):
         await spark_source._end({"bootstrap_servers": kafka_bootstrap},
                                 [(tid, *handle)], commit=True)
+
