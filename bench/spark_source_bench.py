@@ -157,6 +157,11 @@ def batch(args: argparse.Namespace, bootstrap: str, jars: list[Path]) -> None:
             "CASE WHEN id % 7 = 0 THEN NULL ELSE concat('k', cast(id AS string)) END AS key",
             "CASE WHEN id % 5 = 0 THEN array(named_struct('key', 'h',"
             " 'value', cast(cast(id AS string) AS binary))) ELSE NULL END AS headers")
+        warm = spark.range(0, 20_000, numPartitions=args.spark_partitions).selectExpr(
+            "cast(id AS string) AS value")
+        for fmt in FORMATS:  # JIT, Python workers, connections: not in the timings
+            (warm.write.format(fmt).option("kafka.bootstrap.servers", bootstrap)
+             .option("topic", _create_topic(bootstrap, 1)).mode("append").save())
         got = {}
         for fmt in FORMATS:
             topic = _create_topic(bootstrap, args.topic_partitions)
