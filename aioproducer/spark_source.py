@@ -431,6 +431,9 @@ class AioproducerDataSource(DataSource):
         return "aioproducer"
 
     def writer(self, schema: StructType, overwrite: bool) -> _BatchWriter:
+        if overwrite:  # as Spark's Kafka sink: a topic cannot be overwritten
+            raise ConfigError("save mode overwrite is not allowed for Kafka: records are "
+                              "only ever appended; use mode('append')")
         return _BatchWriter(_parse(self.options, schema, streaming=False))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> _StreamWriter:

@@ -114,6 +114,20 @@ def test_batch_schema_error_before_any_task(spark: Any) -> None:
         sc.setLocalProperty("spark.jobGroup.id", None)
 
 
+def test_batch_overwrite_is_refused_before_any_task(spark: Any) -> None:
+    sc = spark.sparkContext
+    group = "aioproducer-source-overwrite"
+    sc.setJobGroup(group, "must run no job")
+    try:
+        df = spark.range(3).selectExpr("cast(id AS string) AS value")
+        with pytest.raises(Exception, match=r"ConfigError.*overwrite is not allowed"):
+            (df.write.format("aioproducer").option("kafka.bootstrap.servers", "127.0.0.1:1")
+             .option("topic", "t").mode("overwrite").save())
+        assert list(sc.statusTracker().getJobIdsForGroup(group)) == []
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+
+
 # -- streaming, exactly once -----------------------------------------------------------------
 
 def _run_stream(spark: Any, bootstrap: str, topic: str, checkpoint: Path,
