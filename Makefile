@@ -15,7 +15,7 @@ PYSPARK := pyspark[sql]==4.2.0
 $(STAMP): pyproject.toml setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip setuptools wheel "Cython>=3.0"
-	$(BIN)/pip install -q -e ".[test,spark,cli]" "$(PYSPARK)" --no-build-isolation
+	$(BIN)/pip install -q -e ".[test,spark,cli,otel,schema]" "$(PYSPARK)" --no-build-isolation
 	touch $(STAMP)
 
 venv: $(STAMP)
