@@ -1,17 +1,15 @@
 """aioproducer.spark: DataFrames published from the executors and from the driver.
 
 One local Spark session (``local[2, 2]``: two cores, and a failed task is tried twice so
-that Spark's retry can be tested) serves the whole module; everything binds to
-127.0.0.1. What arrives is read back with confluent-kafka (tests/kafka_util.py).
+that Spark's retry can be tested) serves the whole run (the ``spark`` fixture of
+tests/broker/conftest.py); everything binds to 127.0.0.1. What arrives is read back with confluent-kafka (tests/kafka_util.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import socket
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -36,31 +34,7 @@ pyspark_sql = pytest.importorskip("pyspark.sql", reason="pip install -e '.[spark
 TopicFactory = Any
 
 
-@pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    saved = {k: os.environ.get(k) for k in ("SPARK_LOCAL_IP", "PYSPARK_PYTHON")}
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    os.environ["PYSPARK_PYTHON"] = sys.executable  # the workers import aioproducer
-    session = (
-        pyspark_sql.SparkSession.builder.master("local[2, 2]")
-        .appName("aioproducer-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.memory", "2g")
-        .getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    try:
-        yield session
-    finally:
-        session.stop()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+# ``spark``: one Spark session for the whole run (tests/broker/conftest.py).
 
 
 # -- the data: keys, null keys, null values (tombstones), headers ----------------------

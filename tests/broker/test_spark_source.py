@@ -9,10 +9,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,33 +28,7 @@ from aioproducer import spark_source  # noqa: E402  (needs pyspark)
 TopicFactory = Any
 
 
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    saved = {k: os.environ.get(k) for k in ("SPARK_LOCAL_IP", "PYSPARK_PYTHON")}
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    os.environ["PYSPARK_PYTHON"] = sys.executable  # the workers import aioproducer
-    existing = pyspark_sql.SparkSession.getActiveSession()
-    session = (
-        pyspark_sql.SparkSession.builder.master("local[2, 2]")
-        .appName("aioproducer-source-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    spark_source.register(session)
-    try:
-        yield session
-    finally:
-        if existing is None:
-            session.stop()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+# ``spark``: one Spark session for the whole run (tests/broker/conftest.py).
 
 
 # -- batch ---------------------------------------------------------------------------------
