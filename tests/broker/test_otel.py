@@ -1,0 +1,232 @@
+"""OpenTelemetry tracing and metrics on a real broker, checked with the SDK's in-memory
+exporter and reader; records are read back with confluent-kafka and the trace context
+is extracted from their headers with the propagator."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from support.kafka_util import Consumed, consume_all
+
+from aioproducer import Producer
+from aioproducer.errors import MessageTooLargeError, RecordTooLargeError
+
+pytestmark = pytest.mark.asyncio
+
+W3C = TraceContextTextMapPropagator()
+
+
+@pytest.fixture
+def spans() -> tuple[TracerProvider, InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider, exporter
+
+
+def _sends(exporter: InMemorySpanExporter, topic: str) -> list[ReadableSpan]:
+    return [s for s in exporter.get_finished_spans() if s.name == f"send {topic}"]
+
+
+def _context_of(record: Consumed) -> trace.SpanContext:
+    carrier = {k: v.decode() for k, v in record.headers if v is not None}
+    ctx = W3C.extract(carrier)
+    return trace.get_current_span(ctx).get_span_context()
+
+
+async def test_send_spans_follow_the_conventions_and_travel_in_the_headers(
+        kafka_bootstrap: str, topic_factory: Any, spans: Any) -> None:
+    provider, exporter = spans
+    topic = topic_factory(partitions=2)
+    tracer = provider.get_tracer("test")
+    async with Producer(bootstrap_servers=kafka_bootstrap, linger_ms=5,
+                        client_id="otel-test", tracer_provider=provider,
+                        propagator=W3C) as producer:
+        assert producer._hot is False  # tracing takes the Python path
+        with tracer.start_as_current_span("handler") as parent:
+            futs = [await producer.send(topic, b"v%d" % i, key=b"k%d" % i,
+                                        headers=[("app", b"x")]) for i in range(6)]
+            futs.append(await producer.send(topic, b"explicit", partition=1))
+            metas = await asyncio.gather(*futs)
+        await producer.flush()
+    sent = _sends(exporter, topic)
+    assert len(sent) == 7
+    by_offset = {(s.attributes["messaging.destination.partition.id"],
+                  s.attributes["messaging.kafka.offset"]): s for s in sent}
+    host, port = kafka_bootstrap.rsplit(":", 1)
+    for i, meta in enumerate(metas):
+        span = by_offset[(str(meta.partition), meta.offset)]
+        assert span.kind is SpanKind.PRODUCER
+        assert span.status.status_code is StatusCode.UNSET
+        a = span.attributes
+        assert a["messaging.system"] == "kafka"
+        assert a["messaging.operation.name"] == "send"
+        assert a["messaging.operation.type"] == "send"
+        assert a["messaging.destination.name"] == topic
+        assert a["messaging.client.id"] == "otel-test"
+        assert a["server.address"] == host and a["server.port"] == int(port)
+        assert "error.type" not in a
+        if i < 6:
+            assert a["messaging.kafka.message.key"] == f"k{i}"
+        else:
+            assert "messaging.kafka.message.key" not in a
+        assert span.parent is not None
+        assert span.parent.span_id == parent.get_span_context().span_id
+        assert span.context.trace_id == parent.get_span_context().trace_id
+
+    records = consume_all(kafka_bootstrap, topic, 7)
+    assert len(records) == 7
+    for rec in records:
+        span = by_offset[(str(rec.partition), rec.offset)]
+        ctx = _context_of(rec)
+        assert ctx.trace_id == span.context.trace_id
+        assert ctx.span_id == span.context.span_id  # the producer span is the parent
+        names = [k for k, _ in rec.headers]
+        assert names.count("traceparent") == 1
+        if rec.value != b"explicit":
+            assert ("app", b"x") in rec.headers
+
+
+async def test_a_header_the_caller_set_is_kept(kafka_bootstrap: str, topic_factory: Any,
+                                                spans: Any) -> None:
+    provider, exporter = spans
+    topic = topic_factory()
+    mine = b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    async with Producer(bootstrap_servers=kafka_bootstrap, tracer_provider=provider,
+                        propagator=W3C) as producer:
+        meta = await producer.send_and_wait(topic, b"v", headers=[("traceparent", mine)])
+    [rec] = consume_all(kafka_bootstrap, topic, 1)
+    assert rec.headers == [("traceparent", mine)]
+    [span] = _sends(exporter, topic)
+    assert span.attributes["messaging.kafka.offset"] == meta.offset
+
+
+async def test_failures_end_the_span_with_error_type(kafka_bootstrap: str,
+                                                     topic_factory: Any, spans: Any) -> None:
+    provider, exporter = spans
+    small = topic_factory(config={"max.message.bytes": "2000"})
+    async with Producer(bootstrap_servers=kafka_bootstrap, tracer_provider=provider,
+                        max_request_size=50_000, linger_ms=0) as producer:
+        # Refused in send(): larger than max_request_size.
+        with pytest.raises(RecordTooLargeError):
+            await producer.send(small, b"x" * 60_000)
+        # Refused by the broker, after it was buffered: the done callback ends the span.
+        fut = await producer.send(small, b"y" * 10_000)
+        with pytest.raises(MessageTooLargeError):
+            await fut
+    by_error = {s.attributes["error.type"]: s for s in _sends(exporter, small)}
+    assert set(by_error) == {"RecordTooLargeError", "MessageTooLargeError"}
+    for span in by_error.values():
+        assert span.status.status_code is StatusCode.ERROR
+        assert "messaging.kafka.offset" not in span.attributes
+        assert [e.name for e in span.events] == ["exception"]
+    assert by_error["MessageTooLargeError"].attributes[
+        "messaging.destination.partition.id"] == "0"
+
+
+async def test_send_many_makes_one_span_for_the_call(kafka_bootstrap: str,
+                                                     topic_factory: Any, spans: Any) -> None:
+    provider, exporter = spans
+    topic = topic_factory(partitions=3)
+    async with Producer(bootstrap_servers=kafka_bootstrap, tracer_provider=provider,
+                        linger_ms=20) as producer:
+        result = await producer.send_many(topic, [b"a%d" % i for i in range(50)],
+                                          [b"k%d" % i for i in range(50)])
+        assert _sends(exporter, topic) == []  # not acknowledged yet: the span is open
+        assert await result == 50
+        await producer.flush()
+        await asyncio.sleep(0)  # done-callbacks run on the next turn of the loop
+    [span] = _sends(exporter, topic)
+    assert span.kind is SpanKind.PRODUCER
+    assert span.attributes["messaging.batch.message_count"] == 50
+    assert "error.type" not in span.attributes
+    assert len(consume_all(kafka_bootstrap, topic, 50)) == 50
+
+
+async def test_tracing_off_keeps_the_native_path_and_makes_no_spans(
+        kafka_bootstrap: str, topic_factory: Any, spans: Any) -> None:
+    provider, exporter = spans
+    topic = topic_factory()
+    reader = InMemoryMetricReader()
+    # A meter provider alone does not change the send path either.
+    async with Producer(bootstrap_servers=kafka_bootstrap,
+                        meter_provider=MeterProvider(metric_readers=[reader])) as producer:
+        assert producer._tracing is None
+        assert producer._hot is True
+        with provider.get_tracer("test").start_as_current_span("handler"):
+            await producer.send_and_wait(topic, b"v", key=b"k")
+            await (await producer.send_many(topic, [b"a", b"b"]))
+    assert [s.name for s in exporter.get_finished_spans()] == ["handler"]
+    [rec, *_] = consume_all(kafka_bootstrap, topic, 3)
+    assert all(k != "traceparent" for k, _ in rec.headers)
+
+
+def _points(reader: InMemoryMetricReader) -> dict[str, list[Any]]:
+    data = reader.get_metrics_data()
+    out: dict[str, list[Any]] = {}
+    assert data is not None
+    for rm in data.resource_metrics:
+        for sm in rm.scope_metrics:
+            assert sm.scope.name == "aioproducer"
+            for metric in sm.metrics:
+                out.setdefault(metric.name, []).extend(metric.data.data_points)
+    return out
+
+
+async def test_metrics_equal_the_producers_own_counters(kafka_bootstrap: str,
+                                                        topic_factory: Any,
+                                                        spans: Any) -> None:
+    provider, _ = spans
+    a, b = topic_factory(partitions=2), topic_factory()
+    reader = InMemoryMetricReader()
+    meters = MeterProvider(metric_readers=[reader])
+    async with Producer(bootstrap_servers=kafka_bootstrap, client_id="otel-metrics",
+                        linger_ms=5, tracer_provider=provider,
+                        meter_provider=meters) as producer:
+        futs = [await producer.send(a, b"%d" % i, key=b"%d" % (i % 7)) for i in range(300)]
+        futs += [await producer.send(b, b"%d" % i) for i in range(120)]
+        await asyncio.gather(*futs)
+        await producer.flush()
+        await asyncio.sleep(0)
+        m = producer.metrics()
+        points = _points(reader)
+
+    def by(name: str, attr: str) -> dict[str, float]:
+        return {p.attributes[attr]: p.value for p in points[name]}
+
+    assert by("kafka.producer.record_send_total", "topic") == {
+        a: m.topics[a]["record-send-total"], b: m.topics[b]["record-send-total"]}
+    assert m.topics[a]["record-send-total"] == 300
+    assert by("kafka.producer.byte_total", "topic") == {
+        a: m.topics[a]["byte-total"], b: m.topics[b]["byte-total"]}
+    assert by("messaging.client.sent.messages", "messaging.destination.name") == {
+        a: 300, b: 120}
+    [sent] = [p for p in points["messaging.client.sent.messages"]
+              if p.attributes["messaging.destination.name"] == a]
+    assert sent.attributes["messaging.system"] == "kafka"
+    assert sent.attributes["messaging.client.id"] == "otel-metrics"
+    # Producer-level metrics: client-id only, the snapshot's values.
+    for name in ("batch-size-avg", "batch-size-max", "records-per-request-avg",
+                 "record-retry-total", "buffer-total-bytes", "compression-rate-avg"):
+        [pt] = points["kafka.producer." + name.replace("-", "_")]
+        assert pt.attributes == {"client-id": "otel-metrics"}
+        assert pt.value == pytest.approx(m[name]), name
+    # Per node: the request totals add up to the producer's.
+    assert sum(by("kafka.producer.request_total", "node-id").values()) == m["request-total"]
+    # Counted per topic, not also per producer (no double count when summed).
+    assert all("topic" in p.attributes for p in points["kafka.producer.record_send_total"])
+    # send -> ack durations, one per record, with tracing on.
+    durations = {p.attributes["messaging.destination.name"]: p
+                 for p in points["messaging.client.operation.duration"]}
+    assert durations[a].count == 300 and durations[b].count == 120
+    assert 0 < durations[a].sum < 300 * 30
