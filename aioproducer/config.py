@@ -154,6 +154,9 @@ class ProducerConfig:
     partitioner: str | Partitioner | PartitionerObject = "murmur2"
     """``partitioner.class``: ``"murmur2"`` (Java-compatible, default), ``"xxhash"``
     (fast, not Java-compatible) or a callable ``(topic, key_bytes, num_partitions) -> int``."""
+    enable_metrics_push: bool = True
+    """``enable.metrics.push`` (KIP-714): when a broker offers a client-metrics
+    subscription, push the subscribed metrics to it (see :mod:`aioproducer.telemetry`)."""
     partitioner_ignore_keys: bool = False
     """``partitioner.ignore.keys``: keyed records are spread like keyless ones."""
     partitioner_adaptive_partitioning_enable: bool = True
@@ -174,16 +177,6 @@ class ProducerConfig:
     interceptors: Sequence[Any] = ()
     """``interceptor.classes``: objects with ``on_send(record) -> record`` and/or
     ``on_acknowledgement(metadata, exception)`` (see :mod:`aioproducer.interceptors`)."""
-    tracer_provider: Any = field(default=None, repr=False)
-    """OpenTelemetry tracing (``aioproducer[otel]``): a ``TracerProvider``, or
-    ``"global"`` for the global one; each ``send()`` then makes a PRODUCER span and
-    takes the Python path (see :mod:`aioproducer.otel`). None: no tracing, no cost."""
-    meter_provider: Any = field(default=None, repr=False)
-    """OpenTelemetry metrics: a ``MeterProvider`` or ``"global"``; the producer's
-    metrics become observable instruments (see :mod:`aioproducer.otel`)."""
-    propagator: Any = field(default=None, repr=False)
-    """The ``TextMapPropagator`` that writes the span context into the record headers
-    when tracing (None: OpenTelemetry's global propagator, W3C ``traceparent``)."""
     security_protocol: str = "PLAINTEXT"
     """``security.protocol``: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL."""
     ssl_context: ssl.SSLContext | None = field(default=None, repr=False)
@@ -331,8 +324,6 @@ class ProducerConfig:
                     or callable(getattr(ic, "on_acknowledgement", None))):
                 raise ConfigError(f"interceptor {ic!r} has neither on_send nor "
                                   "on_acknowledgement")
-        from .otel import check_options
-        check_options(self.tracer_provider, self.meter_provider, self.propagator)
         if self.retry_backoff_max_ms < self.retry_backoff_ms:
             raise ConfigError("retry_backoff_max_ms must be >= retry_backoff_ms")
         if self.delivery_timeout_ms < self.linger_ms + self.request_timeout_ms:
@@ -402,7 +393,7 @@ class ProducerConfig:
         if self.client_dns_lookup not in _DNS_LOOKUPS:
             raise ConfigError(f"client_dns_lookup must be one of {', '.join(_DNS_LOOKUPS)}, "
                               f"got {self.client_dns_lookup!r}")
-        for name in ("enable_idempotence", "partitioner_ignore_keys",
+        for name in ("enable_idempotence", "partitioner_ignore_keys", "enable_metrics_push",
                      "partitioner_adaptive_partitioning_enable"):
             value = getattr(self, name)
             if not isinstance(value, bool) and not (name == "enable_idempotence"
@@ -539,8 +530,7 @@ JAVA_OPTIONS: tuple[JavaOption, ...] = (
     _opt("connections.max.idle.ms", "connections_max_idle_ms", "long", _I),
     _opt("delivery.timeout.ms", "delivery_timeout_ms", "int", _I),
     _opt("enable.idempotence", "enable_idempotence", "bool", _I),
-    _opt("enable.metrics.push", None, "bool", _X,
-         "client metrics push (KIP-714) is not implemented; " + _METRICS),
+    _opt("enable.metrics.push", "enable_metrics_push", "bool", _I),
     _opt("interceptor.classes", "interceptors", "interceptors", _M),
     _opt("key.serializer", "key_serializer", "serializer", _M),
     _opt("linger.ms", "linger_ms", "long", _I),

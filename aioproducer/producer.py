@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from functools import partial
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 from ._lifecycle import check_loop, raise_not_running
 from ._native import BATCH_HEADER_SIZE, ProducerBatch
@@ -34,11 +35,9 @@ from .producer_id import ProducerIdManager
 from .record import RecordFuture, RecordMetadata, SendManyResult
 from .sender import Sender
 from .serializers import Header, check_record_size, prepare_record
+from .telemetry import ClientTelemetry
 from .transaction_state import TxnStateMachine
 from .transactions import GroupMetadata, TransactionManager, TxnState, transaction_block
-
-if TYPE_CHECKING:
-    from .otel import Tracing
 
 __all__ = ["Header", "Producer"]
 
@@ -108,12 +107,8 @@ class Producer:
         self._fast = self._partitioner.fast and c.key_serializer is None \
             and c.value_serializer is None and not self._interceptors
         self._hot = False  # send() may take the native path at once (set in start())
-        self._tracing: Tracing | None = None  # when tracer_provider is set (otel.py)
-        if c.tracer_provider is not None or c.meter_provider is not None:
-            from .otel import setup as otel_setup
-            self._tracing = otel_setup(self, c.tracer_provider, c.meter_provider,
-                                       c.propagator)
         self._fatal: KafkaError | None = None
+        self._telemetry: ClientTelemetry | None = None  # KIP-714 push (telemetry.py)
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -169,8 +164,10 @@ class Producer:
         self._txn = txn
         self._sender.start()
         self._state = _RUNNING
+        if c.enable_metrics_push:
+            self._start_telemetry(client)
         self._appender.bind(self._loop)
-        self._hot = self._fast and self._txn is None and self._tracing is None
+        self._hot = self._fast and self._txn is None
 
     def _wake_sender(self) -> None:
         if self._sender is not None:
@@ -232,6 +229,7 @@ class Producer:
             except (KafkaError, asyncio.TimeoutError) as exc:
                 log.warning("close(): could not abort the open transaction: %s", exc)
         self._state = _CLOSING
+        closing_since = time.monotonic()
         self._hot = False
         self._appender.bind(None)
         acc = self._accumulator
@@ -250,6 +248,12 @@ class Producer:
                         raise  # our caller was cancelled: clean up below, then re-raise
                 except Exception:  # the sender crashed; it already failed everything
                     pass
+            if self._telemetry is not None:
+                # KIP-714: the last push (terminating), after the Sender's last sends.
+                bound = self.config.request_timeout_ms / 1000.0
+                if timeout is not None:
+                    bound = min(bound, timeout - (time.monotonic() - closing_since))
+                await self._telemetry.close(bound)
         finally:
             # Also when close() itself is cancelled: nothing is left pending.
             failed = acc.abort_all(ProducerClosedError(
@@ -258,6 +262,8 @@ class Producer:
                 log.warning("close(): %d record(s) were not delivered and failed", failed)
             if sender is not None:
                 await sender.stop()
+            if self._telemetry is not None:
+                self._telemetry.stop()
             if self._client is not None:
                 await self._client.close()
             self._interceptors.close()
@@ -286,9 +292,6 @@ class Producer:
             fut = self._appender.append(topic, value, key, partition, timestamp_ms)
             if fut is not None:
                 return fut
-        if self._tracing is not None:
-            return await self._tracing.send(self._send, topic, value, key, partition,
-                                            timestamp_ms, headers)
         return await self._send(topic, value, key, partition, timestamp_ms, headers)
 
     def _on_sender_failed(self, error: KafkaError) -> None:
@@ -413,14 +416,6 @@ class Producer:
         all of them. If record ``i`` is refused (a typed error), records ``0..i-1`` stay
         buffered and will be sent; the error says how many.
         """
-        if self._tracing is not None:  # one span for the call (aioproducer.otel)
-            return await self._tracing.send_many(self._send_many_call, topic, values, keys,
-                                                 partition, timestamp_ms)
-        return await self._send_many_call(topic, values, keys, partition, timestamp_ms)
-
-    async def _send_many_call(self, topic: str, values: Sequence[Any],
-                              keys: Sequence[Any] | None, partition: int | None,
-                              timestamp_ms: int | None) -> SendManyResult:
         if self._state != _RUNNING or asyncio.get_running_loop() is not self._loop:
             self._raise_not_running()
         self._raise_if_failed()
@@ -516,6 +511,47 @@ class Producer:
             in_flight=client.in_flight_total() if client is not None else 0,
             metadata_age_s=self._metadata.age(time.monotonic()),
             waiting_threads=acc.memory_waiters)
+
+    def _start_telemetry(self, client: KafkaClient) -> None:
+        # Through a weak reference, as the Sender's on_fatal: the push task must not
+        # keep an abandoned producer alive.
+        ref = weakref.ref(self)
+
+        def snapshot() -> MetricsSnapshot | None:
+            producer = ref()
+            return producer.metrics() if producer is not None else None
+
+        c = self.config
+        resource = {"transactional_id": c.transactional_id} if c.transactional_id else {}
+        from . import __version__
+        self._telemetry = ClientTelemetry(client, snapshot,
+                                          request_timeout_ms=c.request_timeout_ms,
+                                          resource=resource, scope_version=__version__)
+        self._telemetry.start()
+
+    async def client_instance_id(self, timeout: float | None = None) -> uuid.UUID | None:
+        """The client instance id the cluster gave this producer for its metrics
+        push (KIP-714), as Java's ``clientInstanceId(Duration)``.
+
+        Waits up to ``timeout`` seconds (None: ``max_block_ms``) for the first
+        GetTelemetrySubscriptions answer; None if there is none by then (a cluster
+        without a client telemetry receiver never answers). Raises
+        :class:`IllegalStateError` when ``enable_metrics_push`` is off.
+        """
+        if not self.config.enable_metrics_push:
+            raise IllegalStateError("client metrics push is off: client_instance_id() "
+                                    "needs enable_metrics_push=True")
+        if timeout is None:
+            timeout = self._max_block_s
+        elif isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+            raise TypeError(f"timeout must be a number of seconds, got {timeout!r}")
+        elif timeout < 0:
+            raise ValueError(f"timeout must not be negative, got {timeout}")
+        if self._state != _RUNNING:
+            self._raise_not_running()
+        self._check_loop()
+        assert self._telemetry is not None
+        return await self._telemetry.client_instance_id(float(timeout))
 
     # -- transactions ------------------------------------------------------------
 
@@ -659,6 +695,8 @@ class Producer:
         _warn(f"unclosed {self!r}: call 'await producer.close()' or use 'async with'",
               ResourceWarning, source=self)
         loop, sender, client = self._loop, self._sender, self._client
+        if self._telemetry is not None:
+            self._telemetry.stop()
         acc = self._accumulator
         if loop is None or loop.is_closed():
             return

@@ -167,7 +167,8 @@ class LocalKafka:
     format --feature name=level``), e.g. ``{"transaction.version": 1}`` for a cluster
     whose transactional producers use the classic protocol instead of KIP-890's.
     The heap is ``-Xmx1g`` unless ``$AIOPRODUCER_BROKER_HEAP`` gives JVM options
-    (like ``KAFKA_HEAP_OPTS``, e.g. ``"-Xms512m -Xmx2g"``).
+    (like ``KAFKA_HEAP_OPTS``, e.g. ``"-Xms512m -Xmx2g"``). ``extra_classpath`` adds
+    directories or jars to the brokers' class path (plugins such as a metric reporter).
 
     With ``secure=True`` every node also has the listeners of ``SECURE_LISTENERS`` (TLS
     with certificates made at start into ``<state_dir>/tls``, see ``tls``; SASL PLAIN,
@@ -181,7 +182,8 @@ class LocalKafka:
     def __init__(self, state_dir: str | os.PathLike[str], nodes: int = 1, *,
                  extra_config: Mapping[str, str] | None = None, stop_with_owner: bool = True,
                  ttl: float | None = None, secure: bool = False,
-                 features: Mapping[str, int] | None = None) -> None:
+                 features: Mapping[str, int] | None = None,
+                 extra_classpath: Sequence[str | os.PathLike[str]] = ()) -> None:
         if nodes < 1:
             raise ValueError("nodes must be at least 1")
         self.state_dir = Path(state_dir).expanduser().absolute()
@@ -189,6 +191,7 @@ class LocalKafka:
         self.secure = secure
         self.extra_config = dict(extra_config or {})
         self.features = dict(features or {})
+        self.extra_classpath = [str(Path(p).expanduser().absolute()) for p in extra_classpath]
         self.stop_with_owner = stop_with_owner
         self.ttl = ttl
         self._log_offsets: dict[int, tuple[int, int]] = {}
@@ -478,7 +481,8 @@ class LocalKafka:
                 "-Djava.awt.headless=true",
                 f"-Dlog4j2.configurationFile={node_dir / 'log4j2.yaml'}",
                 f"-Dkafka.logs.dir={node_dir}",
-                "-cp", java_classpath(), "kafka.Kafka", str(node_dir / "server.properties")]
+                "-cp", os.pathsep.join([java_classpath(), *self.extra_classpath]),
+                "kafka.Kafka", str(node_dir / "server.properties")]
 
     def _prepare(self) -> dict[str, Any]:
         """A fresh cluster: wiped node directories, new ports, configs, formatted storage."""
