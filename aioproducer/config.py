@@ -177,6 +177,16 @@ class ProducerConfig:
     interceptors: Sequence[Any] = ()
     """``interceptor.classes``: objects with ``on_send(record) -> record`` and/or
     ``on_acknowledgement(metadata, exception)`` (see :mod:`aioproducer.interceptors`)."""
+    tracer_provider: Any = field(default=None, repr=False)
+    """OpenTelemetry tracing (``aioproducer[otel]``): a ``TracerProvider``, or
+    ``"global"`` for the global one; each ``send()`` then makes a PRODUCER span and
+    takes the Python path (see :mod:`aioproducer.otel`). None: no tracing, no cost."""
+    meter_provider: Any = field(default=None, repr=False)
+    """OpenTelemetry metrics: a ``MeterProvider`` or ``"global"``; the producer's
+    metrics become observable instruments (see :mod:`aioproducer.otel`)."""
+    propagator: Any = field(default=None, repr=False)
+    """The ``TextMapPropagator`` that writes the span context into the record headers
+    when tracing (None: OpenTelemetry's global propagator, W3C ``traceparent``)."""
     security_protocol: str = "PLAINTEXT"
     """``security.protocol``: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL."""
     ssl_context: ssl.SSLContext | None = field(default=None, repr=False)
@@ -324,6 +334,8 @@ class ProducerConfig:
                     or callable(getattr(ic, "on_acknowledgement", None))):
                 raise ConfigError(f"interceptor {ic!r} has neither on_send nor "
                                   "on_acknowledgement")
+        from .otel import check_options
+        check_options(self.tracer_provider, self.meter_provider, self.propagator)
         if self.retry_backoff_max_ms < self.retry_backoff_ms:
             raise ConfigError("retry_backoff_max_ms must be >= retry_backoff_ms")
         if self.delivery_timeout_ms < self.linger_ms + self.request_timeout_ms:

@@ -11,7 +11,7 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from functools import partial
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from ._lifecycle import check_loop, raise_not_running
 from ._native import BATCH_HEADER_SIZE, ProducerBatch
@@ -38,6 +38,9 @@ from .serializers import Header, check_record_size, prepare_record
 from .telemetry import ClientTelemetry
 from .transaction_state import TxnStateMachine
 from .transactions import GroupMetadata, TransactionManager, TxnState, transaction_block
+
+if TYPE_CHECKING:
+    from .otel import Tracing
 
 __all__ = ["Header", "Producer"]
 
@@ -107,6 +110,11 @@ class Producer:
         self._fast = self._partitioner.fast and c.key_serializer is None \
             and c.value_serializer is None and not self._interceptors
         self._hot = False  # send() may take the native path at once (set in start())
+        self._tracing: Tracing | None = None  # when tracer_provider is set (otel.py)
+        if c.tracer_provider is not None or c.meter_provider is not None:
+            from .otel import setup as otel_setup
+            self._tracing = otel_setup(self, c.tracer_provider, c.meter_provider,
+                                       c.propagator)
         self._fatal: KafkaError | None = None
         self._telemetry: ClientTelemetry | None = None  # KIP-714 push (telemetry.py)
 
@@ -167,7 +175,7 @@ class Producer:
         if c.enable_metrics_push:
             self._start_telemetry(client)
         self._appender.bind(self._loop)
-        self._hot = self._fast and self._txn is None
+        self._hot = self._fast and self._txn is None and self._tracing is None
 
     def _wake_sender(self) -> None:
         if self._sender is not None:
@@ -292,6 +300,9 @@ class Producer:
             fut = self._appender.append(topic, value, key, partition, timestamp_ms)
             if fut is not None:
                 return fut
+        if self._tracing is not None:
+            return await self._tracing.send(self._send, topic, value, key, partition,
+                                            timestamp_ms, headers)
         return await self._send(topic, value, key, partition, timestamp_ms, headers)
 
     def _on_sender_failed(self, error: KafkaError) -> None:
@@ -416,6 +427,14 @@ class Producer:
         all of them. If record ``i`` is refused (a typed error), records ``0..i-1`` stay
         buffered and will be sent; the error says how many.
         """
+        if self._tracing is not None:  # one span for the call (aioproducer.otel)
+            return await self._tracing.send_many(self._send_many_call, topic, values, keys,
+                                                 partition, timestamp_ms)
+        return await self._send_many_call(topic, values, keys, partition, timestamp_ms)
+
+    async def _send_many_call(self, topic: str, values: Sequence[Any],
+                              keys: Sequence[Any] | None, partition: int | None,
+                              timestamp_ms: int | None) -> SendManyResult:
         if self._state != _RUNNING or asyncio.get_running_loop() is not self._loop:
             self._raise_not_running()
         self._raise_if_failed()
