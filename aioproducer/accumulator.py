@@ -160,6 +160,9 @@ class RecordAccumulator:
         self.batches: dict[TopicPartition, deque[ProducerBatch]] = {}
         self.incomplete: set[ProducerBatch] = set()
         self.flushes_in_progress = 0
+        # send_and_wait(): per partition, the batch of an awaited record, sendable at
+        # the next Sender pass whatever linger_ms says (see hurry()).
+        self.hurried: dict[TopicPartition, ProducerBatch] = {}
         self.closing = False
         self._refusal: KafkaError | None = None
         self._waiters: deque[asyncio.Future[None]] = deque()
@@ -337,6 +340,28 @@ class RecordAccumulator:
 
     def end_flush(self) -> None:
         self.flushes_in_progress -= 1
+
+    def hurry(self, batch: ProducerBatch) -> bool:
+        """A caller awaits a record of ``batch`` (``send_and_wait()``): the batch is
+        sendable at the next Sender pass, without waiting for ``linger_ms``. It stays
+        open until then, so records appended meanwhile (in the same turn of the event
+        loop) share it. False if there is nothing to do: the batch is full or drained,
+        and so sendable or sent already."""
+        if batch.full:
+            return False
+        self.hurried[batch.tp] = batch
+        return True
+
+    def _is_hurried(self, tp: TopicPartition) -> bool:
+        """Whether ``tp``'s queue holds a batch that :meth:`hurry` marked; forgets
+        the mark of a batch that is full (it is sendable anyway), drained or done."""
+        batch = self.hurried.get(tp)
+        if batch is None:
+            return False
+        if batch.full or batch.result.done():
+            del self.hurried[tp]
+            return False
+        return True
 
     def close(self, error: KafkaError) -> None:
         """No more appends (they raise ``error``); what is buffered goes out now."""
@@ -613,6 +638,7 @@ class RecordAccumulator:
         res = ReadyResult()
         exhausted = bool(self._waiters)
         send_now = exhausted or self.closing or self.flushes_in_progress > 0
+        hurried = self.hurried
         # Kept for topic_backlog(), which the partitioner asks when it moves a sticky
         # partition (adaptive partitioning, KIP-794).
         self._last_cluster = cluster
@@ -631,7 +657,8 @@ class RecordAccumulator:
                 res.next_check = min(res.next_check, batch.next_attempt - now)
                 continue
             waited = now - batch.created
-            if send_now or batch.full or len(dq) > 1 or waited >= self.linger:
+            if send_now or batch.full or len(dq) > 1 or waited >= self.linger \
+                    or (hurried and self._is_hurried(tp)):
                 if not _held(tp, batch, dq, flying):
                     res.nodes.add(leader)
             else:
@@ -734,6 +761,8 @@ class RecordAccumulator:
                 if ready and size + batch_bytes > max_request_size:
                     break
                 dq.popleft()
+                if self.hurried and self.hurried.get(tp) is batch:
+                    del self.hurried[tp]
                 if batch.attempts == 0 and self.batch_max_size > self.batch_size:
                     self.batch_taken(batch)
                 batch.full = True  # closed for appends from now on, even if re-enqueued

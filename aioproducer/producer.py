@@ -492,9 +492,16 @@ class Producer:
     async def send_and_wait(self, topic: str, value: Any = None, key: Any = None, *,
                             partition: int | None = None, timestamp_ms: int | None = None,
                             headers: Sequence[Header] | None = None) -> RecordMetadata:
-        """``send()`` and wait for the acknowledgement."""
+        """``send()`` and wait for the acknowledgement.
+
+        The record's batch does not linger: it is sendable at the Sender's next pass
+        (records appended before that pass, in the same turn of the event loop, still
+        share it). See "Latency of send_and_wait" in docs/performance.md.
+        """
         fut = await self.send(topic, value, key, partition=partition,
                               timestamp_ms=timestamp_ms, headers=headers)
+        if not self._linger_zero and self._accumulator.hurry(fut.batch):
+            self._wake_sender()
         return await fut
 
     async def partitions_for(self, topic: str) -> list[int]:

@@ -1,0 +1,118 @@
+"""The awaited-record rule of ``send_and_wait()`` (issue #19, item 2).
+
+The record a caller awaits makes its batch sendable at the next Sender pass, whatever
+``linger_ms`` says, and records appended before that pass (in the same turn of the
+event loop) go in the same batch. ``send()`` alone still lingers.
+
+The assertions are on the mechanism (the producer's queue-time and request metrics,
+which futures are done), not on wall time, except for generous bounds that only a
+lingering batch could break.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from typing import Any
+
+import pytest
+
+from aioproducer import Producer
+
+pytestmark = pytest.mark.asyncio
+
+VALUE = b"v" * 100
+
+
+async def test_lone_caller_at_defaults_does_not_linger(kafka_bootstrap: str,
+                                                       topic_factory: Any) -> None:
+    """A default Producer (linger_ms=5): 200 sequential send_and_wait calls; each
+    batch leaves at the next Sender pass, not after the 5 ms linger."""
+    topic = topic_factory(partitions=1)
+    async with Producer(bootstrap_servers=kafka_bootstrap) as producer:
+        assert producer.config.linger_ms == 5
+        await producer.send_and_wait(topic, b"warm-up")
+        lat: list[float] = []
+
+        async def loop() -> None:
+            for i in range(200):
+                t = time.perf_counter()
+                meta = await producer.send_and_wait(topic, VALUE)
+                lat.append(time.perf_counter() - t)
+                assert meta.offset == i + 1
+        await asyncio.wait_for(loop(), 60)
+        m = producer.metrics().producer
+    print(f"send_and_wait at defaults: p50 {statistics.median(lat) * 1e3:.3f} ms, "
+          f"max {max(lat) * 1e3:.3f} ms, record-queue-time-avg "
+          f"{m['record-queue-time-avg']:.3f} ms, requests {m['request-total']:.0f}")
+    # Lingering puts every batch's queue time at 5 ms or more; one Sender pass is tens
+    # of microseconds, so half the linger leaves room for a loaded machine.
+    assert m["record-queue-time-avg"] < 2.5
+    # One record, one batch, one request per call: nothing waited for company.
+    assert m["request-total"] == 201
+
+
+async def test_lone_caller_with_a_long_linger(kafka_bootstrap: str,
+                                              topic_factory: Any) -> None:
+    """linger_ms=60 s: 20 sequential calls finish at once (a lingering batch would
+    take a minute each)."""
+    topic = topic_factory(partitions=1)
+    async with Producer(bootstrap_servers=kafka_bootstrap, linger_ms=60_000) as producer:
+        async def loop() -> None:
+            for i in range(20):
+                meta = await producer.send_and_wait(topic, VALUE)
+                assert meta.offset == i
+        await asyncio.wait_for(loop(), 20)
+        m = producer.metrics().producer
+    assert m["record-queue-time-max"] < 1000.0
+
+
+@pytest.mark.parametrize("linger_ms", [5, 60_000])
+async def test_concurrent_callers_share_batches(kafka_bootstrap: str, topic_factory: Any,
+                                                linger_ms: int) -> None:
+    """1,000 send_and_wait tasks started together: they share batches (requests are
+    far fewer than records), and with a 60 s linger they still finish at once."""
+    topic = topic_factory(partitions=1)
+    n = 1000
+    async with Producer(bootstrap_servers=kafka_bootstrap, linger_ms=linger_ms) as producer:
+        await producer.send_and_wait(topic, b"warm-up")
+        metas = await asyncio.wait_for(
+            asyncio.gather(*(producer.send_and_wait(topic, VALUE) for _ in range(n))), 30)
+        m = producer.metrics().producer
+    offsets = sorted(meta.offset for meta in metas)
+    assert offsets == list(range(1, n + 1))
+    requests = m["request-total"] - 1  # the warm-up's
+    print(f"linger_ms={linger_ms}: {n} concurrent send_and_wait in {requests:.0f} "
+          f"requests, records-per-request-avg {m['records-per-request-avg']:.1f}")
+    # 100-byte records fill a 16 KiB batch at about 140: eight batches at least.
+    assert requests <= n / 20
+
+
+async def test_records_appended_before_ride_along(kafka_bootstrap: str,
+                                                  topic_factory: Any) -> None:
+    """send() records appended before the awaited one, to its partition, ride in its
+    batch: one request. The other partition has the same leader: its batch goes in
+    that request too (a ready node is drained whole, as in the Java producer)."""
+    topic = topic_factory(partitions=2)
+    async with Producer(bootstrap_servers=kafka_bootstrap, linger_ms=60_000) as producer:
+        other = await producer.send(topic, b"other", partition=1)
+        same = await producer.send(topic, b"same", partition=0)
+        meta = await asyncio.wait_for(
+            producer.send_and_wait(topic, b"awaited", partition=0), 20)
+        assert same.done()
+        assert (await same).offset == meta.offset - 1 == 0
+        assert (await asyncio.wait_for(other, 20)).offset == 0
+        assert producer.metrics().producer["request-total"] == 1
+
+
+async def test_plain_send_still_lingers(kafka_bootstrap: str, topic_factory: Any) -> None:
+    """Batching is unchanged for send(): an awaited RecordFuture does not hurry it."""
+    topic = topic_factory(partitions=1)
+    async with Producer(bootstrap_servers=kafka_bootstrap, linger_ms=400) as producer:
+        fut = await producer.send(topic, VALUE)
+        await asyncio.sleep(0.05)
+        assert not fut.done()
+        await asyncio.wait_for(fut, 20)
+        m = producer.metrics().producer
+    assert m["record-queue-time-max"] >= 400.0
