@@ -116,8 +116,8 @@ async def wait_for(cond: Callable[[], bool], timeout: float, what: str) -> None:
 
 
 def point_sum(rows: list[dict[str, Any]], name: str, **attrs: str) -> float:
-    return sum(p["value"] for r in rows for p in r["points"]
-               if p["name"] == name and p["attributes"] == attrs)
+    return float(sum(p["value"] for r in rows for p in r["points"]
+                     if p["name"] == name and p["attributes"] == attrs))
 
 
 async def test_pushes_the_subscribed_metrics_with_their_values(
@@ -257,6 +257,30 @@ async def test_changed_subscription_is_fetched_again(
         assert telemetry.subscription.subscription_id != first_id
         assert telemetry.subscription.requested_metrics == ("org.apache.kafka.producer.topic.",)
         assert telemetry.state is TelemetryState.PUSH_NEEDED
+
+
+async def test_invalid_record_stops_the_push(
+        telemetry_kafka: tuple[LocalKafka, Path]) -> None:
+    """The broker's receiver fails on our payload (INVALID_RECORD): the producer stops
+    pushing for good, as Java does: one push recorded, no other, no terminating push."""
+    cluster, out = telemetry_kafka
+    bootstrap = cluster.bootstrap
+    await subscribe(bootstrap, "aioproducer-reject", metrics="org.apache.kafka.producer.",
+                    match="client_id=reject-.*")
+    client_id = f"reject-{uuid.uuid4().hex[:8]}"
+    async with Producer(bootstrap_servers=bootstrap, client_id=client_id) as producer:
+        instance = await producer.client_instance_id(20.0)
+        mine = str(instance)
+        await wait_for(lambda: len(pushes(out, client_instance_id=mine)) >= 1, 20.0,
+                       "first push")
+        telemetry = producer._telemetry
+        assert telemetry is not None
+        await wait_for(lambda: telemetry.state is TelemetryState.DISABLED, 10.0,
+                       "telemetry stopped")
+        assert telemetry.last_error == "PushTelemetry: invalid_record"
+        await asyncio.sleep(4 * INTERVAL_MS / 1000)
+    assert [r["terminating"] for r in pushes(out, client_instance_id=mine)] == [False]
+    assert telemetry.pushes == 0
 
 
 async def test_broker_without_telemetry_receiver(kafka_bootstrap: str,

@@ -30,10 +30,14 @@ import org.apache.kafka.shaded.io.opentelemetry.proto.metrics.v1.ScopeMetrics;
  * type, resource attributes and every data point (metric name, sum or gauge,
  * temporality, monotonic flag, value, attributes, start and time in unix ns).
  *
- * The file is named by the broker option "aioproducer.test.telemetry.file".
+ * The file is named by the broker option "aioproducer.test.telemetry.file". The
+ * payloads of clients whose client id starts with "reject-" are recorded and then
+ * refused (the exporter throws, so the broker answers INVALID_RECORD).
  */
 public class TelemetryRecorder implements MetricsReporter, ClientTelemetryExporterProvider {
     public static final String FILE_CONFIG = "aioproducer.test.telemetry.file";
+    /** Payloads of clients whose client id starts so are recorded, then refused. */
+    public static final String REJECT_PREFIX = "reject-";
 
     private String path;
 
@@ -106,6 +110,10 @@ public class TelemetryRecorder implements MetricsReporter, ClientTelemetryExport
             w.write(out.toString());
         } catch (IOException e) {
             throw new RuntimeException("cannot write " + path, e);
+        }
+        if (context.authorizableRequestContext().clientId().startsWith(REJECT_PREFIX)) {
+            // The broker answers INVALID_RECORD when its exporter throws.
+            throw new IllegalStateException("payloads of " + REJECT_PREFIX + "* clients are refused");
         }
     }
 
