@@ -13,6 +13,8 @@ from contextlib import AbstractAsyncContextManager
 from functools import partial
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from ._bulk import BulkInput
+from ._bulk import send_many_error as _send_many_error
 from ._lifecycle import check_loop, raise_not_running
 from ._native import BATCH_HEADER_SIZE, ProducerBatch
 from .accumulator import RecordAccumulator
@@ -23,7 +25,6 @@ from .errors import (
     KafkaError,
     KafkaTimeoutError,
     ProducerClosedError,
-    SerializationError,
 )
 from .interceptors import InterceptorChain, ProducerRecord
 from .metadata import Cluster, Metadata
@@ -418,71 +419,86 @@ class Producer:
 
     async def send_many(self, topic: str, values: Sequence[Any],
                         keys: Sequence[Any] | None = None, *, partition: int | None = None,
-                        timestamp_ms: int | None = None) -> SendManyResult:
+                        timestamp_ms: int | None = None,
+                        headers: Sequence[Sequence[Header] | None] | None = None,
+                        timestamps: Sequence[int | None] | None = None) -> SendManyResult:
         """Append many records to one topic in a native loop; returns once all are buffered.
 
         ``values`` (and ``keys``, of the same length) are sequences of bytes-like or None.
+        ``headers`` has one entry per record: None or a list of ``(str, bytes | None)``
+        pairs, as :meth:`send` takes them. ``timestamps`` has one entry per record: int ms
+        since the epoch, or None for "now"; ``timestamp_ms`` is one timestamp for all
+        (give one of the two, else TypeError). Each of these may also be a pyarrow
+        ``Array``/``ChunkedArray``: binary or string values and keys, headers as
+        ``list<struct<key: string, value: binary>>`` (Spark's Kafka schema), timestamps
+        as int64 ms or ``timestamp``; the native loop reads their buffers.
         Partitioning, memory bounds and errors are those of :meth:`send`; the records of
         one partition keep their order. ``await`` the result for the acknowledgement of
-        all of them. If record ``i`` is refused (a typed error), records ``0..i-1`` stay
+        all of them. If record ``i`` is refused (a typed error; a
+        :class:`~aioproducer.SerializationError` says ``record i``), records ``0..i-1`` stay
         buffered and will be sent; the error says how many.
         """
+        if timestamps is not None and timestamp_ms is not None:
+            raise TypeError("send_many: give timestamp_ms (one for every record) or "
+                            "timestamps (one per record), not both")
+        call = self._send_many_call
+        if headers is not None or timestamps is not None:
+            call = partial(self._send_many_call, headers=headers, timestamps=timestamps)
         if self._tracing is not None:  # one span for the call (aioproducer.otel)
-            return await self._tracing.send_many(self._send_many_call, topic, values, keys,
+            return await self._tracing.send_many(call, topic, values, keys,
                                                  partition, timestamp_ms)
-        return await self._send_many_call(topic, values, keys, partition, timestamp_ms)
+        return await call(topic, values, keys, partition, timestamp_ms)
 
     async def _send_many_call(self, topic: str, values: Sequence[Any],
                               keys: Sequence[Any] | None, partition: int | None,
-                              timestamp_ms: int | None) -> SendManyResult:
+                              timestamp_ms: int | None, *,
+                              headers: Sequence[Sequence[Header] | None] | None = None,
+                              timestamps: Sequence[int | None] | None = None
+                              ) -> SendManyResult:
         if self._state != _RUNNING or asyncio.get_running_loop() is not self._loop:
             self._raise_not_running()
         self._raise_if_failed()
+        bulk = BulkInput(values, keys, headers, timestamps)
         txn = self._txn
         if txn is None:
-            return await self._send_many(topic, values, keys, partition, timestamp_ms, None)
+            return await self._send_many(topic, bulk, partition, timestamp_ms, None)
         number = txn.join()
         try:
-            return await self._send_many(topic, values, keys, partition, timestamp_ms,
+            return await self._send_many(topic, bulk, partition, timestamp_ms,
                                          partial(txn.machine.check_joined, number))
         finally:
             txn.leave()
 
-    async def _send_many(self, topic: str, values: Sequence[Any],
-                         keys: Sequence[Any] | None, partition: int | None,
+    async def _send_many(self, topic: str, bulk: BulkInput, partition: int | None,
                          timestamp_ms: int | None,
                          guard: Callable[[], None] | None) -> SendManyResult:
-        vals = values if type(values) is list else list(values)
-        ks = None if keys is None else (keys if type(keys) is list else list(keys))
-        if ks is not None and len(ks) != len(vals):
-            raise SerializationError(
-                f"send_many: {len(ks)} keys for {len(vals)} values; give one key per value")
-        n = len(vals)
+        n = bulk.count
         touched: list[ProducerBatch] = []
         append_many = self._appender.append_many if self._fast else None
+        native: tuple[Any, Any, Any, Any] = (None, None, None, None)
+        if append_many is not None:
+            native = bulk.native()
+        vals, ks, hs, tss = native
         i = 0
         while i < n:
             if append_many is not None:
                 if guard is not None and i:
                     guard()  # the loop suspended since the last check
-                i = append_many(topic, vals, ks, i, partition, timestamp_ms, touched)
+                i = append_many(topic, vals, ks, i, partition, timestamp_ms, touched,
+                                hs, tss, n)
                 if i >= n:
                     break
             try:
+                value, key, headers, ts = bulk.row(i)
                 send_one = self._send_intercepted if self._interceptors else self._send_slow
-                fut = await send_one(topic, vals[i], None if ks is None else ks[i],
-                                     partition, timestamp_ms, None, guard)
+                fut = await send_one(topic, value, key, partition,
+                                     timestamp_ms if bulk.timestamps is None else ts,
+                                     headers, guard)
             except BaseException as exc:
-                # Also when cancelled: the records buffered so far cannot be taken
-                # back and will be sent; say so (a cancelled call also hands over
-                # their result, as ``exc.send_many_result``).
-                cancelled = isinstance(exc, asyncio.CancelledError)
-                if (i or cancelled) and hasattr(exc, "add_note"):
-                    exc.add_note(f"send_many: records 0..{i - 1} were buffered and will "
-                                 "be sent" if i else "send_many: no record was buffered")
-                if cancelled:
-                    exc.send_many_result = SendManyResult(touched, i)  # type: ignore[attr-defined]
-                raise
+                err = _send_many_error(exc, i, touched)
+                if err is exc:
+                    raise
+                raise err from exc
             touched.append(fut.batch)
             i += 1
             if self._state != _RUNNING:

@@ -76,7 +76,7 @@ def prepare_record(topic: Any, key: Any, value: Any, headers: Sequence[Header] |
     if timestamp_ms is None:
         timestamp_ms = int(time.time() * 1000)
     elif isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, int) \
-            or timestamp_ms < 0:
+            or not 0 <= timestamp_ms < 1 << 63:
         raise SerializationError(
             f"timestamp_ms must be a non-negative int (ms since the epoch), "
             f"got {timestamp_ms!r}")

@@ -44,6 +44,15 @@ cdef struct HeaderSlot:
     Slice value                    # the header value (len -1 for null)
 
 
+# One record header borrowed for a bulk append (append_raw): pointers into memory the
+# caller keeps alive for the call (a str's UTF-8, bytes, an Arrow buffer).
+cdef struct RawHeader:
+    const char* key                # UTF-8 key
+    Py_ssize_t key_len             # key byte length
+    const char* value              # value bytes (may be NULL when value_len <= 0)
+    Py_ssize_t value_len           # value byte length; -1 for null
+
+
 cdef class BatchBuilder:
     cdef readonly Block block      # the memory written into
     cdef Py_ssize_t pos            # bytes written: header + records so far
@@ -66,6 +75,13 @@ cdef class BatchBuilder:
     # written then), or -2 with an exception set.
     cdef Py_ssize_t append_record(self, int64_t timestamp_ms, object key, object value,
                                   object headers) except -2
+    # Append one record from borrowed memory (send_many's bulk path): key/value
+    # pointers and lengths (-1 = null) and nh headers. Sized exactly, then written
+    # through the bounds-checked Writer; the offset delta, -1 if it does not fit
+    # (nothing written), or -2 with an exception set.
+    cdef Py_ssize_t append_raw(self, int64_t timestamp_ms, const char* key,
+                               Py_ssize_t key_len, const char* value, Py_ssize_t value_len,
+                               const RawHeader* headers, Py_ssize_t nh) except -2
     # Write the producer fields into the header and recompute the CRC.
     cdef int write_producer_state(self) except -1
     # Raise RuntimeError unless the block is still live.

@@ -364,6 +364,69 @@ cdef class BatchBuilder:
             self.debug_walk()
         return self.count - 1
 
+    cdef Py_ssize_t append_raw(self, int64_t timestamp_ms, const char* key,
+                               Py_ssize_t key_len, const char* value, Py_ssize_t value_len,
+                               const RawHeader* headers, Py_ssize_t nh) except -2:
+        # The bulk path's append (send_many): the same record layout and checks as
+        # append_record, from memory the caller borrowed (list items, Arrow buffers).
+        cdef const RawHeader* h
+        cdef Py_ssize_t i, start
+        cdef int64_t delta, body, total
+        cdef Writer w
+        if self.closed_:
+            raise RuntimeError("cannot append to a closed batch")
+        self.check_block()
+        if self.count == 0:
+            delta = 0
+        else:
+            delta = <int64_t>(<uint64_t>timestamp_ms - <uint64_t>self.base_ts)
+        body = (1 + varint_size(delta) + varint_size(self.count)
+                + varint_size(key_len) + (key_len if key_len > 0 else 0)
+                + varint_size(value_len) + (value_len if value_len > 0 else 0)
+                + varint_size(nh))
+        for i in range(nh):
+            h = &headers[i]
+            body += (varint_size(h.key_len) + h.key_len + varint_size(h.value_len)
+                     + (h.value_len if h.value_len > 0 else 0))
+        if body > INT32_MAX:
+            raise ValueError(f"a {body}-byte record is larger than the protocol allows")
+        total = uvarint_size(zigzag64(body)) + body
+        if (total > self.capacity - self.pos or self.count == INT32_MAX
+                or (self.count > 0 and total > self.limit - self.pos)):
+            return -1
+        start = self.pos
+        writer_init(&w, self.block.data, start, self.capacity)
+        put_varint(&w, body)
+        put_u8(&w, 0)                       # record attributes (unused)
+        put_varint(&w, delta)
+        put_varint(&w, self.count)          # offsetDelta
+        put_varint(&w, key_len)
+        put_bytes(&w, key, key_len)
+        put_varint(&w, value_len)
+        put_bytes(&w, value, value_len)
+        put_varint(&w, nh)
+        for i in range(nh):
+            h = &headers[i]
+            put_varint(&w, h.key_len)
+            put_bytes(&w, h.key, h.key_len)
+            put_varint(&w, h.value_len)
+            put_bytes(&w, h.value, h.value_len)
+        if w.overflow or w.pos != start + total:
+            raise SystemError(
+                f"aioproducer internal error: record sized {total} bytes, wrote "
+                f"{w.pos - start} (overflow={w.overflow})"
+            )
+        self.pos = w.pos
+        if self.count == 0:
+            self.base_ts = timestamp_ms
+            self.max_ts = timestamp_ms
+        elif timestamp_ms > self.max_ts:
+            self.max_ts = timestamp_ms
+        self.count += 1
+        if AIOP_DEBUG:
+            self.debug_walk()
+        return self.count - 1
+
     # -- closing ---------------------------------------------------------------
 
     def close(self, int64_t producer_id=-1, int64_t producer_epoch=-1,

@@ -119,6 +119,15 @@ class CoreBatch:
     @property
     def closed(self) -> bool: ...
 
+#: An Arrow binary column: (validity address or 0, offsets address, data address or 0,
+#: array offset, large offsets).
+ArrowBinarySpec = tuple[int, int, int, int, bool]
+#: An Arrow list<struct<key, value>> column: (validity address or 0, offsets address,
+#: array offset, large offsets, key column, value column).
+ArrowHeadersSpec = tuple[int, int, int, bool, ArrowBinarySpec, ArrowBinarySpec]
+#: An Arrow int64 column: (validity address or 0, data address, array offset).
+ArrowInt64Spec = tuple[int, int, int]
+
 @final
 class TopicRoute:
     num_partitions: int
@@ -144,6 +153,17 @@ class CoreAppender:
     def route(self, topic: str) -> TopicRoute | None: ...
     def set_route(self, topic: str, num_partitions: int) -> TopicRoute: ...
     def drop_route(self, topic: str) -> bool: ...
-    def append_many(self, topic: str, values: list[Any], keys: list[Any] | None, start: int,
+    def append_many(self, topic: str, values: list[Any] | ArrowBinarySpec,
+                    keys: list[Any] | ArrowBinarySpec | None, start: int,
                     partition: int | None, timestamp_ms: int | None,
-                    touched: list[ProducerBatch]) -> int: ...
+                    touched: list[ProducerBatch],
+                    headers: list[Any] | ArrowHeadersSpec | None = None,
+                    timestamps: list[Any] | ArrowInt64Spec | None = None,
+                    count: int = -1) -> int:
+        """Append records ``start..`` while they fit in open batches; the index of the
+        first record left for the Python path (``count`` when all were appended).
+
+        Columns are lists, or Arrow buffer specs (addresses the caller keeps alive:
+        ``aioproducer._bulk``); ``count`` is needed when ``values`` is a spec. With
+        ``timestamps``, ``timestamp_ms`` is ignored.
+        """

@@ -26,8 +26,15 @@ from cpython.ref cimport PyObject
 from libc.stdint cimport int32_t, int64_t
 from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 
-from .batch cimport BatchBuilder
+from .batch cimport BatchBuilder, RawHeader
 from .murmur2 cimport murmur2_to_partition
+
+# send_many's bulk path (CoreAppender.append_many) reads these.
+from cpython.long cimport PyLong_AsLongLongAndOverflow
+from cpython.mem cimport PyMem_Free, PyMem_Realloc
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
+from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_Check
+from libc.stdint cimport uint8_t, uintptr_t
 
 
 cdef extern from "Python.h":
@@ -422,6 +429,95 @@ cdef inline bint too_large(Py_ssize_t max_payload, object key, object value) noe
         + (0 if value is None else PyBytes_GET_SIZE(value)) > max_payload)
 
 
+# -- send_many's bulk input: Python lists or Arrow columns -----------------------------
+
+# How append_many reads a column: absent, a Python list, or Arrow buffers.
+cdef enum:
+    COL_NONE = 0
+    COL_LIST = 1
+    COL_ARROW = 2
+
+
+# An Arrow binary/string column (or large_binary/large_string): the buffers of one
+# array, which the caller keeps alive for the call (aioproducer/_bulk.py).
+cdef struct BinCol:
+    const uint8_t* validity        # NULL: no nulls
+    const char* offsets            # int32 (int64 when large) offsets
+    const char* data               # the bytes
+    Py_ssize_t offset              # the array's offset into its buffers
+    bint large
+
+
+cdef int bin_col(object spec, BinCol* c) except -1:
+    # spec: (validity address or 0, offsets address, data address or 0, offset, large)
+    validity, offsets, data, offset, large = spec
+    c.validity = <const uint8_t*><uintptr_t>validity
+    c.offsets = <const char*><uintptr_t>offsets
+    c.data = <const char*><uintptr_t>data
+    c.offset = offset
+    c.large = large
+    if c.offsets == NULL or c.offset < 0:
+        raise ValueError("an Arrow column needs its offsets buffer")
+    return 0
+
+
+cdef inline bint arrow_valid(const uint8_t* validity, Py_ssize_t j) noexcept:
+    return validity == NULL or (validity[j >> 3] >> (j & 7)) & 1
+
+
+cdef inline void bin_get(const BinCol* c, Py_ssize_t i, const char** ptr,
+                         Py_ssize_t* length) noexcept:
+    # Row i of the column: its bytes, or length -1 for null.
+    cdef Py_ssize_t j = c.offset + i
+    cdef int64_t a, b
+    if not arrow_valid(c.validity, j):
+        ptr[0] = NULL
+        length[0] = -1
+        return
+    if c.large:
+        a = (<const int64_t*>c.offsets)[j]
+        b = (<const int64_t*>c.offsets)[j + 1]
+    else:
+        a = (<const int32_t*>c.offsets)[j]
+        b = (<const int32_t*>c.offsets)[j + 1]
+    ptr[0] = c.data + a
+    length[0] = <Py_ssize_t>(b - a)
+
+
+cdef inline bint bytes_slice(object o, const char** ptr, Py_ssize_t* length) noexcept:
+    # A list item: bytes or None; False for anything else (the Python path checks it).
+    if o is None:
+        ptr[0] = NULL
+        length[0] = -1
+        return True
+    if type(o) is bytes:
+        ptr[0] = PyBytes_AS_STRING(o)
+        length[0] = PyBytes_GET_SIZE(o)
+        return True
+    return False
+
+
+cdef inline int choose_partition_raw(TopicRoute route, const char* key, Py_ssize_t key_len,
+                                     object partition, bint hash_keys,
+                                     bint ignore_keys) noexcept:
+    # choose_partition for a key given as memory (-1 length: null).
+    if partition is not None or key_len < 0 or ignore_keys:
+        return choose_partition(route, None, partition, hash_keys, ignore_keys)
+    if not hash_keys or route.num_partitions <= 0:
+        return -1
+    return murmur2_to_partition(<const unsigned char*>key, key_len, route.num_partitions)
+
+
+cdef inline int col_mode(object col):
+    if col is None:
+        return COL_NONE
+    if type(col) is list:
+        return COL_LIST
+    if type(col) is tuple:
+        return COL_ARROW
+    raise TypeError(f"append_many takes lists or Arrow column specs, not {type(col).__name__}")
+
+
 cdef class CoreAppender:
     """Routes records to their partition's open batch: the loop-free part of
     :class:`aio.Appender` (which adds the loop binding and the record futures)."""
@@ -497,59 +593,200 @@ cdef class CoreAppender:
         ts[0] = t
         return batch
 
-    def append_many(self, str topic, list values, object keys, Py_ssize_t start,
-                    object partition, object timestamp_ms, list touched):
-        """Append ``values[start:]`` (and ``keys``) while they fit in open batches.
+    def append_many(self, str topic, object values, object keys, Py_ssize_t start,
+                    object partition, object timestamp_ms, list touched,
+                    object headers=None, object timestamps=None, Py_ssize_t count=-1):
+        """Append records ``start..`` while they fit in open batches.
 
-        Returns the index of the first record left for the Python path (``len(values)``
-        when all were appended). Every batch written into is added once to ``touched``.
+        ``values`` and ``keys`` are lists (bytes or None items) or Arrow binary column
+        specs ``(validity address, offsets address, data address, offset, large)``;
+        ``headers`` a list (per record: None or a list/tuple of ``(str, bytes | None)``
+        tuples) or an Arrow list<struct<key, value>> spec ``(validity address, offsets
+        address, offset, large, key spec, value spec)``; ``timestamps`` a list (int ms or
+        None) or an Arrow int64 spec ``(validity address, data address, offset)``; with
+        ``timestamps``, ``timestamp_ms`` is ignored. ``count`` is the number of records
+        (needed when ``values`` is a spec). The caller keeps the Arrow buffers alive.
+
+        Returns the index of the first record left for the Python path (``count`` when
+        all were appended): anything it must check or decide (a type, a size near a
+        limit, a new batch). Every batch written into is added once to ``touched``.
         Needs no loop: the caller awaits the batches.
         """
-        cdef Py_ssize_t n = PyList_GET_SIZE(values), i
-        cdef list key_list = None
-        if keys is not None:
-            key_list = <list?>keys
-            if PyList_GET_SIZE(key_list) != n:
-                raise ValueError("keys and values must have the same length")
+        cdef int vmode = col_mode(values), kmode = col_mode(keys)
+        cdef int hmode = col_mode(headers), tmode = col_mode(timestamps)
+        cdef Py_ssize_t n = count, i
+        if vmode == COL_LIST:
+            n = PyList_GET_SIZE(<list>values)
+        elif vmode == COL_NONE or n < 0:
+            raise ValueError("append_many needs values, and count with an Arrow column")
+        for mode, col, name in ((kmode, keys, "keys"), (hmode, headers, "headers"),
+                                (tmode, timestamps, "timestamps")):
+            if mode == COL_LIST and PyList_GET_SIZE(<list>col) != n:
+                raise ValueError(f"{name} and values must have the same length")
+        cdef BinCol vcol, kcol, hkcol, hvcol
+        cdef const uint8_t* hvalid = NULL
+        cdef const char* hoffs = NULL
+        cdef Py_ssize_t hoff = 0
+        cdef bint hlarge = False
+        cdef const uint8_t* tvalid = NULL
+        cdef const int64_t* tdata = NULL
+        cdef Py_ssize_t toff = 0
+        if vmode == COL_ARROW:
+            bin_col(values, &vcol)
+        if kmode == COL_ARROW:
+            bin_col(keys, &kcol)
+        if hmode == COL_ARROW:
+            hv, ho, hoff, hlarge, hkspec, hvspec = headers
+            hvalid = <const uint8_t*><uintptr_t>hv
+            hoffs = <const char*><uintptr_t>ho
+            if hoffs == NULL or hoff < 0:
+                raise ValueError("an Arrow headers column needs its offsets buffer")
+            bin_col(hkspec, &hkcol)
+            bin_col(hvspec, &hvcol)
+        if tmode == COL_ARROW:
+            tv, td, toff = timestamps
+            tvalid = <const uint8_t*><uintptr_t>tv
+            tdata = <const int64_t*><uintptr_t>td
+            if tdata == NULL or toff < 0:
+                raise ValueError("an Arrow timestamps column needs its data buffer")
         cdef PyObject* found = PyDict_GetItem(self.routes, topic)
         if found is NULL:
             return start
         cdef TopicRoute route = <TopicRoute>found
-        cdef int p
-        cdef int64_t ts
+        if tmode == COL_NONE and timestamp_ms is not None and (
+                type(timestamp_ms) is not int or timestamp_ms < 0):
+            return start
+        cdef int64_t fixed_ts = -1 if timestamp_ms is None or tmode != COL_NONE \
+            else <int64_t>timestamp_ms
+        cdef int p, overflow
+        cdef int64_t ts, a = 0, b = 0
+        cdef long long lts
         cdef CoreBatch batch
-        cdef object value, key = None, tail
+        cdef object item, hk, hval, tail
         cdef list last = [None] * route.num_partitions  # per partition: the batch last
                                                          # added to touched
-        cdef Py_ssize_t index, before
-        if timestamp_ms is not None and (type(timestamp_ms) is not int or timestamp_ms < 0):
-            return start
-        for i in range(start, n):
-            value = <object>PyList_GET_ITEM(values, i)
-            if key_list is not None:
-                key = <object>PyList_GET_ITEM(key_list, i)
-            if not _is_bytes_or_none(value) or not _is_bytes_or_none(key):
-                return i
-            if too_large(self.max_payload, key, value):
-                return i
-            p = choose_partition(route, key, partition, self.hash_keys, self.ignore_keys)
-            if p < 0:
-                return i
-            tail = <object>PyList_GET_ITEM(route.tails, p)
-            if tail is None:
-                return i
-            batch = <CoreBatch>tail
-            if batch.full:
-                return i
-            ts = now_ms() if timestamp_ms is None else <int64_t>timestamp_ms
-            before = batch.builder.pos
-            index = batch.builder.append_record(ts, key, value, None)
-            if index < 0:
-                batch.full = True
-                return i
-            if is_sticky_choice(key, partition, self.ignore_keys):
-                route.sticky_bytes += batch.builder.pos - before
-            if <object>PyList_GET_ITEM(last, p) is not batch:
-                touched.append(batch)
-                last[p] = batch
-        return n
+        cdef Py_ssize_t index, before, nh, cap = 0, j, payload
+        cdef const char* kptr = NULL
+        cdef const char* vptr = NULL
+        cdef Py_ssize_t klen = -1, vlen = -1
+        cdef RawHeader* slots = NULL
+        cdef RawHeader* grown
+        cdef RawHeader* h
+        cdef Py_ssize_t max_payload = self.max_payload
+        try:
+            for i in range(start, n):
+                # -- value and key
+                if vmode == COL_LIST:
+                    if not bytes_slice(<object>PyList_GET_ITEM(<list>values, i), &vptr, &vlen):
+                        return i
+                else:
+                    bin_get(&vcol, i, &vptr, &vlen)
+                if kmode == COL_LIST:
+                    if not bytes_slice(<object>PyList_GET_ITEM(<list>keys, i), &kptr, &klen):
+                        return i
+                elif kmode == COL_ARROW:
+                    bin_get(&kcol, i, &kptr, &klen)
+                payload = (klen if klen > 0 else 0) + (vlen if vlen > 0 else 0)
+                # -- headers, borrowed into slots
+                nh = 0
+                if hmode == COL_LIST:
+                    item = <object>PyList_GET_ITEM(<list>headers, i)
+                    if item is not None:
+                        if type(item) is list:
+                            nh = PyList_GET_SIZE(item)
+                        elif type(item) is tuple:
+                            nh = PyTuple_GET_SIZE(item)
+                        else:
+                            return i
+                elif hmode == COL_ARROW:
+                    j = hoff + i
+                    if arrow_valid(hvalid, j):
+                        if hlarge:
+                            a = (<const int64_t*>hoffs)[j]
+                            b = (<const int64_t*>hoffs)[j + 1]
+                        else:
+                            a = (<const int32_t*>hoffs)[j]
+                            b = (<const int32_t*>hoffs)[j + 1]
+                        nh = <Py_ssize_t>(b - a)
+                if nh > cap:
+                    grown = <RawHeader*>PyMem_Realloc(slots, <size_t>nh * sizeof(RawHeader))
+                    if grown == NULL:
+                        raise MemoryError()
+                    slots = grown
+                    cap = nh
+                for j in range(nh):
+                    h = &slots[j]
+                    if hmode == COL_LIST:
+                        if type(item) is list:
+                            hval = <object>PyList_GET_ITEM(item, j)
+                        else:
+                            hval = <object>PyTuple_GET_ITEM(item, j)
+                        if type(hval) is not tuple or PyTuple_GET_SIZE(hval) != 2:
+                            return i
+                        hk = <object>PyTuple_GET_ITEM(hval, 0)
+                        if not PyUnicode_Check(hk):
+                            return i
+                        if not bytes_slice(<object>PyTuple_GET_ITEM(hval, 1), &h.value,
+                                           &h.value_len):
+                            return i
+                        try:
+                            h.key = PyUnicode_AsUTF8AndSize(hk, &h.key_len)
+                        except UnicodeError:
+                            return i  # (lone surrogates) the Python path raises
+                    else:
+                        bin_get(&hkcol, <Py_ssize_t>a + j, &h.key, &h.key_len)
+                        if h.key_len < 0:
+                            return i  # a null header key: the Python path refuses it
+                        bin_get(&hvcol, <Py_ssize_t>a + j, &h.value, &h.value_len)
+                    # a bound of the header's bytes: key, value and their varints
+                    payload += h.key_len + (h.value_len if h.value_len > 0 else 0) + 10
+                if max_payload >= 0 and payload > max_payload:
+                    return i  # near a size limit: the Python path checks it exactly
+                # -- timestamp
+                if tmode == COL_LIST:
+                    item = <object>PyList_GET_ITEM(<list>timestamps, i)
+                    if item is None:
+                        ts = now_ms()
+                    elif type(item) is int:
+                        lts = PyLong_AsLongLongAndOverflow(item, &overflow)
+                        if overflow or lts < 0:
+                            return i
+                        ts = lts
+                    else:
+                        return i
+                elif tmode == COL_ARROW:
+                    j = toff + i
+                    if arrow_valid(tvalid, j):
+                        ts = tdata[j]
+                        if ts < 0:
+                            return i
+                    else:
+                        ts = now_ms()
+                elif fixed_ts >= 0:
+                    ts = fixed_ts
+                else:
+                    ts = now_ms()
+                # -- partition and its open batch
+                p = choose_partition_raw(route, kptr, klen, partition, self.hash_keys,
+                                         self.ignore_keys)
+                if p < 0:
+                    return i
+                tail = <object>PyList_GET_ITEM(route.tails, p)
+                if tail is None:
+                    return i
+                batch = <CoreBatch>tail
+                if batch.full:
+                    return i
+                before = batch.builder.pos
+                index = batch.builder.append_raw(ts, kptr, klen, vptr, vlen, slots, nh)
+                if index < 0:
+                    batch.full = True
+                    return i
+                if partition is None and (klen < 0 or self.ignore_keys):
+                    route.sticky_bytes += batch.builder.pos - before  # KIP-794
+                if <object>PyList_GET_ITEM(last, p) is not batch:
+                    touched.append(batch)
+                    last[p] = batch
+            return n
+        finally:
+            PyMem_Free(slots)

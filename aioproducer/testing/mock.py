@@ -24,6 +24,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from .._bulk import BulkInput, send_many_error
 from .._lifecycle import check_loop, raise_not_running
 from .._native import BATCH_HEADER_SIZE
 from ..config import ProducerConfig
@@ -33,7 +34,6 @@ from ..errors import (
     KafkaTimeoutError,
     PartitionError,
     ProducerFencedError,
-    SerializationError,
     UnknownTopicError,
 )
 from ..metadata import PartitionInfo, TopicInfo
@@ -473,31 +473,37 @@ class MockProducer:
 
     async def send_many(self, topic: str, values: Sequence[Any],
                         keys: Sequence[Any] | None = None, *, partition: int | None = None,
-                        timestamp_ms: int | None = None) -> MockSendManyResult:
+                        timestamp_ms: int | None = None,
+                        headers: Sequence[Sequence[Header] | None] | None = None,
+                        timestamps: Sequence[int | None] | None = None
+                        ) -> MockSendManyResult:
         """Send many records to one topic, as :meth:`Producer.send_many
-        <aioproducer.Producer.send_many>` does: the same arguments, checks and errors.
+        <aioproducer.Producer.send_many>` does: the same arguments (lists or Arrow
+        columns), checks and errors.
 
         Each record goes through :meth:`send`. If record ``i`` is refused, records
         ``0..i-1`` stay sent (and in the history) and the error says how many.
         """
+        if timestamps is not None and timestamp_ms is not None:
+            raise TypeError("send_many: give timestamp_ms (one for every record) or "
+                            "timestamps (one per record), not both")
         if self._state != _RUNNING or asyncio.get_running_loop() is not self._loop:
             self._raise_not_running()
         if self._txn is not None:
             self._txn.check_send()
-        vals = values if type(values) is list else list(values)
-        ks = None if keys is None else (keys if type(keys) is list else list(keys))
-        if ks is not None and len(ks) != len(vals):
-            raise SerializationError(
-                f"send_many: {len(ks)} keys for {len(vals)} values; give one key per value")
+        bulk = BulkInput(values, keys, headers, timestamps)
         futures: list[MockRecordFuture] = []
-        for i, value in enumerate(vals):
+        for i in range(bulk.count):
+            value, key, record_headers, ts = bulk.row(i)
             try:
-                fut = await self.send(topic, value, None if ks is None else ks[i],
-                                      partition=partition, timestamp_ms=timestamp_ms)
+                fut = await self.send(topic, value, key, partition=partition,
+                                      timestamp_ms=timestamp_ms if timestamps is None else ts,
+                                      headers=record_headers)
             except Exception as exc:
-                if i and hasattr(exc, "add_note"):
-                    exc.add_note(f"send_many: records 0..{i - 1} were buffered and will be sent")
-                raise
+                err = send_many_error(exc, i, [])
+                if err is exc:
+                    raise
+                raise err from exc
             futures.append(fut)
         return MockSendManyResult(futures)
 
