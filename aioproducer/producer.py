@@ -35,7 +35,13 @@ from .partitioner import RecordPartitioner
 from .producer_id import ProducerIdManager
 from .record import RecordFuture, RecordMetadata, SendManyResult
 from .sender import Sender
-from .serializers import Header, check_record_size, prepare_record
+from .serializers import (
+    Header,
+    check_record_size,
+    needs_topic,
+    prepare_record,
+    serialize_for_topic,
+)
 from .telemetry import ClientTelemetry
 from .transaction_state import TxnStateMachine
 from .transactions import GroupMetadata, TransactionManager, TxnState, transaction_block
@@ -105,6 +111,9 @@ class Producer:
         self._max_request_size = c.max_request_size
         self._key_serializer = c.key_serializer
         self._value_serializer = c.value_serializer
+        # Schema Registry serializers (aioproducer.schema) take the topic and may await.
+        self._topic_serializers = needs_topic(c.key_serializer) or needs_topic(
+            c.value_serializer)
         self._linger_zero = c.linger_ms == 0
         self._appender = self._partitioner.appender
         self._interceptors = InterceptorChain(c.interceptors)
@@ -381,9 +390,16 @@ class Producer:
         """Everything the native fast path leaves to Python: serializers, type checks
         with typed errors, metadata waits, new batches, memory waits, headers."""
         key_obj, value_obj = key, value  # a custom Partitioner gets them too
+        key_ser, value_ser = self._key_serializer, self._value_serializer
+        if self._topic_serializers:  # a registry lookup on a subject's first use only
+            key, value = await serialize_for_topic(topic, key, value, key_ser, value_ser)
+            key_ser = value_ser = None
+            if self._state != _RUNNING:
+                self._raise_not_running()
+            if guard is not None:
+                guard()
         key, value, checked, timestamp_ms = prepare_record(
-            topic, key, value, headers, timestamp_ms, self._key_serializer,
-            self._value_serializer)
+            topic, key, value, headers, timestamp_ms, key_ser, value_ser)
         record_size = check_record_size(key, value, checked, self._max_request_size,
                                         self.config.buffer_memory)
 

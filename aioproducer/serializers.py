@@ -17,7 +17,7 @@ from .config import Serializer
 from .errors import ConfigError, RecordTooLargeError, SerializationError
 
 __all__ = ["JAVA_SERIALIZERS", "Header", "check_bytes", "check_headers", "check_record_size",
-           "java_serializer", "prepare_record"]
+           "java_serializer", "needs_topic", "prepare_record", "serialize_for_topic"]
 
 Header = tuple[str, "bytes | bytearray | memoryview | None"]
 
@@ -81,6 +81,28 @@ def prepare_record(topic: Any, key: Any, value: Any, headers: Sequence[Header] |
             f"timestamp_ms must be a non-negative int (ms since the epoch), "
             f"got {timestamp_ms!r}")
     return key, value, checked, timestamp_ms
+
+
+def needs_topic(serializer: Any) -> bool:
+    """Whether ``serializer`` is a topic-aware async one (``serialize_async(obj, topic,
+    is_key)``: the Schema Registry serializers of :mod:`aioproducer.schema`)."""
+    return serializer is not None and callable(getattr(serializer, "serialize_async", None))
+
+
+async def serialize_for_topic(topic: Any, key: Any, value: Any,
+                              key_serializer: Serializer | None,
+                              value_serializer: Serializer | None) -> tuple[Any, Any]:
+    """Apply both serializers, awaiting the topic-aware ones (a Schema Registry lookup on
+    a subject's first use; later calls do not suspend)."""
+    if not isinstance(topic, str) or not topic:
+        raise SerializationError(f"topic must be a non-empty str, got {topic!r}")
+    if key_serializer is not None:
+        key = (await key_serializer.serialize_async(key, topic, True)  # type: ignore[attr-defined]
+               if needs_topic(key_serializer) else key_serializer(key))
+    if value_serializer is not None:
+        value = (await value_serializer.serialize_async(value, topic, False)  # type: ignore[attr-defined]
+                 if needs_topic(value_serializer) else value_serializer(value))
+    return key, value
 
 
 def check_record_size(key: Any, value: Any, headers: list[tuple[str, Any]] | None,

@@ -81,6 +81,7 @@ def _get(url: str, timeout: float) -> int:
         with urllib.request.urlopen(url, timeout=timeout) as resp:
             return int(resp.status)
     except urllib.error.HTTPError as exc:
+        exc.close()
         return exc.code
     except (OSError, ValueError):
         return 0
