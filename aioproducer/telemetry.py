@@ -57,12 +57,7 @@ from typing import TYPE_CHECKING, Final
 from kio.schema.errors import ErrorCode
 
 from .compression import make_compressor
-from .errors import (
-    KafkaConnectionError,
-    ProtocolError,
-    RequestTimedOutError,
-    UnsupportedVersionError,
-)
+from .errors import KafkaConnectionError, KafkaError, UnsupportedVersionError
 from .metrics import MetricsSnapshot
 from .net.telemetry import (
     ZERO_UUID,
@@ -303,6 +298,8 @@ class ClientTelemetry:
                     await asyncio.wait_for(self._push(terminating=True), remaining)
                 except asyncio.TimeoutError:
                     log.debug("the terminating telemetry push did not finish in time")
+                except Exception as exc:  # close() goes on whatever happens here
+                    log.warning("the terminating telemetry push failed: %r", exc)
         if self.state is not TelemetryState.DISABLED:
             self.state = TelemetryState.TERMINATED
 
@@ -333,12 +330,18 @@ class ClientTelemetry:
                     return
                 except asyncio.TimeoutError:
                     pass
-            if self.state is TelemetryState.SUBSCRIPTION_NEEDED:
-                await self._subscribe()
-            elif self.state is TelemetryState.PUSH_NEEDED:
-                if not await self._push(terminating=False):
-                    return  # the producer is gone
-            else:
+            try:
+                if self.state is TelemetryState.SUBSCRIPTION_NEEDED:
+                    await self._subscribe()
+                elif self.state is TelemetryState.PUSH_NEEDED:
+                    if not await self._push(terminating=False):
+                        return  # the producer is gone
+                else:
+                    return
+            except Exception as exc:  # never let the push take the producer down
+                log.warning("client telemetry stopped after an unexpected error: %r", exc)
+                self.last_error = repr(exc)
+                self.state = TelemetryState.DISABLED
                 return
 
     def _after(self, interval_ms: float) -> None:
@@ -397,8 +400,7 @@ class ClientTelemetry:
             resp = await get_telemetry_subscriptions(
                 conn, old.client_instance_id if old is not None else None,
                 timeout_ms=self._timeout_ms)
-        except (KafkaConnectionError, RequestTimedOutError, ProtocolError,
-                UnsupportedVersionError) as exc:
+        except KafkaError as exc:  # connection, timeout, authentication, no such API
             self._failed(exc)
             return
         code = int(resp.error_code)
@@ -500,8 +502,7 @@ class ClientTelemetry:
                                         body, compression_type=codec,
                                         terminating=terminating,
                                         timeout_ms=self._timeout_ms)
-        except (KafkaConnectionError, RequestTimedOutError, ProtocolError,
-                UnsupportedVersionError) as exc:
+        except KafkaError as exc:  # connection, timeout, authentication, no such API
             if not terminating:
                 self._failed(exc)
             return True

@@ -24,7 +24,12 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import AggregationTemporality, M
 
 from aioproducer import Producer, ProducerConfig
 from aioproducer.compression import decompress
-from aioproducer.errors import ConfigError, IllegalStateError
+from aioproducer.errors import (
+    AuthenticationError,
+    ConfigError,
+    IllegalStateError,
+    KafkaConnectionError,
+)
 from aioproducer.metrics import MetricsSnapshot
 from aioproducer.telemetry import (
     ClientTelemetry,
@@ -265,3 +270,37 @@ async def test_push_errors(code: ErrorCode, state: TelemetryState, delay: float 
     await tel.close(1.0)
     # No terminating push after the push was stopped or while a subscription is needed.
     assert sum(isinstance(r, PushTelemetryRequest) for r in conn.requests) == 1
+
+
+class _FailingClient(_FakeClient):
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__(_FakeConn())
+        self.exc = exc
+
+    async def connect(self, node: int, timeout_s: float) -> _FakeConn:
+        raise self.exc
+
+
+@pytest.mark.parametrize(("exc", "state"), [
+    (AuthenticationError("bad password"), TelemetryState.SUBSCRIPTION_NEEDED),
+    (KafkaConnectionError("refused"), TelemetryState.SUBSCRIPTION_NEEDED),
+    (RuntimeError("a bug"), TelemetryState.DISABLED),
+])
+@pytest.mark.asyncio
+async def test_failures_never_crash_the_task(exc: BaseException, state: TelemetryState
+                                             ) -> None:
+    """Errors reaching a broker retry after an interval; anything unexpected stops the
+    push; the task itself never ends with an exception."""
+    tel = ClientTelemetry(_FailingClient(exc),  # type: ignore[arg-type]
+                          lambda: MetricsSnapshot({}), request_timeout_ms=1000)
+    tel.start()
+    for _ in range(100):
+        await asyncio.sleep(0.01)
+        if tel.last_error is not None:
+            break
+    assert tel.state is state and tel.last_error is not None
+    assert tel._task is not None
+    if state is TelemetryState.DISABLED:
+        await asyncio.wait_for(tel._task, 1.0)  # ended, without an exception
+    await tel.close(1.0)
+    assert tel._task.done() and (tel._task.cancelled() or tel._task.exception() is None)
