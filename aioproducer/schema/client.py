@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,6 +59,27 @@ class RegisteredSchema:
     version: int | None = None
 
 
+def _client_cert_context(verify: Any, cert: Any) -> ssl.SSLContext:
+    """An SSL context that verifies as ``verify`` says and presents ``cert`` (a path, or
+    ``(cert, key)`` / ``(cert, key, password)``)."""
+    if isinstance(verify, ssl.SSLContext):
+        ctx = verify
+    elif isinstance(verify, (str, os.PathLike)):
+        ctx = ssl.create_default_context(cafile=os.fspath(verify))
+    else:
+        ctx = ssl.create_default_context()
+        if verify is False:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+    if isinstance(cert, (str, os.PathLike)):
+        ctx.load_cert_chain(os.fspath(cert))
+    elif isinstance(cert, tuple) and 2 <= len(cert) <= 3:
+        ctx.load_cert_chain(*cert)
+    else:
+        raise TypeError("cert must be a path or a (cert, key[, password]) tuple")
+    return ctx
+
+
 def _schema_of(body: Mapping[str, Any]) -> Schema:
     refs = tuple((str(r["name"]), str(r["subject"]), int(r["version"]))
                  for r in body.get("references") or ())
@@ -76,10 +99,10 @@ class AsyncSchemaRegistryClient:
 
     ``url``: the API's base URL. ``basic_auth``: ``(user, password)``, or put them in the
     URL (``https://user:pw@host``). TLS: ``verify`` (True, False, a CA bundle path or an
-    ``ssl.SSLContext``) and ``cert`` (a client certificate: a path or ``(cert, key)``),
-    handed to httpx. ``timeout`` bounds every request (seconds). ``transport`` and
-    ``event_hooks`` go to ``httpx.AsyncClient`` as they are (tests count requests with an
-    event hook). Use ``async with`` or call :meth:`aclose`.
+    ``ssl.SSLContext``) and ``cert`` (a client certificate: a path or ``(cert, key)``,
+    loaded into the context given to httpx). ``timeout`` bounds every request (seconds).
+    ``transport`` and ``event_hooks`` go to ``httpx.AsyncClient`` as they are (tests count
+    requests with an event hook). Use ``async with`` or call :meth:`aclose`.
     """
 
     def __init__(self, url: str, *, basic_auth: tuple[str, str] | None = None,
@@ -114,9 +137,7 @@ class AsyncSchemaRegistryClient:
         if transport is not None:
             kwargs["transport"] = transport
         else:
-            kwargs["verify"] = verify
-            if cert is not None:
-                kwargs["cert"] = cert
+            kwargs["verify"] = verify if cert is None else _client_cert_context(verify, cert)
         self.http = httpx.AsyncClient(**kwargs)
         self._caches = _Caches()
         self._locks: dict[Any, asyncio.Lock] = {}
