@@ -1,7 +1,9 @@
 """The produce loops of the asyncio clients (aioproducer, aiokafka), written once.
 
 A client is given as two coroutine functions: ``send(topic, value, key)`` returning an
-awaitable with ``add_done_callback`` (resolved on the ack), and ``flush()``.
+awaitable with ``add_done_callback`` (resolved on the ack), and ``flush()``; for the
+scenarios with ``sync_api``, also ``send_and_wait(topic, value, key)`` (the library's
+own call that returns on the ack).
 """
 
 from __future__ import annotations
@@ -11,17 +13,62 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from bench.common import KEY_MASK, PACED, SEND_AND_WAIT, Measured, RunArgs, cpu_seconds
+from bench.common import (
+    CONCURRENT,
+    KEY_MASK,
+    PACED,
+    SEND_AND_WAIT,
+    Measured,
+    RunArgs,
+    cpu_seconds,
+    split_count,
+)
 
 Send = Callable[[str, bytes, "bytes | None"], Awaitable[Any]]
 Flush = Callable[[], Awaitable[Any]]
 
 
 async def drive(args: RunArgs, send: Send, flush: Flush, value: bytes,
-                keys: list[bytes] | None) -> Measured:
+                keys: list[bytes] | None, send_and_wait: Send | None = None) -> Measured:
+    if args.sync_api and args.mode in (SEND_AND_WAIT, CONCURRENT):
+        if send_and_wait is None:
+            raise ValueError("this scenario needs the client's send_and_wait()")
+        return await _callers(args, send_and_wait, value, keys)
     if args.mode == SEND_AND_WAIT:
         return await _send_and_wait(args, send, value, keys)
     return await _pipelined(args, send, flush, value, keys)
+
+
+async def _callers(args: RunArgs, send_and_wait: Send, value: bytes,
+                   keys: list[bytes] | None) -> Measured:
+    """``await send_and_wait(...)`` in a loop: one caller (SEND_AND_WAIT), or
+    ``args.concurrency`` tasks at once (CONCURRENT) sharing the records."""
+    topic = args.topic
+    counts = (split_count(args.records, args.concurrency) if args.mode == CONCURRENT
+              else [args.records])
+    perf = time.perf_counter
+    lat: list[float] = []
+
+    async def caller(first: int, count: int) -> None:
+        key = None
+        for i in range(first, first + count):
+            if keys is not None:
+                key = keys[i & KEY_MASK]
+            t = perf()
+            await send_and_wait(topic, value, key)
+            lat.append(perf() - t)
+
+    firsts = [sum(counts[:j]) for j in range(len(counts))]
+    cpu0 = cpu_seconds()
+    t0 = perf()
+    if len(counts) == 1:
+        await caller(0, counts[0])
+    else:
+        await asyncio.gather(*(caller(f, c) for f, c in zip(firsts, counts, strict=True)))
+    elapsed = perf() - t0
+    cpu = cpu_seconds() - cpu0
+    return Measured(records=args.records, elapsed_s=elapsed, cpu_loop_s=cpu,
+                    latencies_s=lat)
 
 
 async def _await_all(futs: list[Any]) -> None:

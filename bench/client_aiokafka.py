@@ -24,8 +24,9 @@ def run(args: RunArgs) -> Measured:
             import uvloop  # noqa: F401
         except ImportError:
             raise Skip("uvloop is not installed") from None
-    opts: dict[str, Any] = {"bootstrap_servers": args.bootstrap,
-                            "acks": "all" if args.acks == "all" else int(args.acks)}
+    opts: dict[str, Any] = {"bootstrap_servers": args.bootstrap}
+    if args.acks is not None:
+        opts["acks"] = "all" if args.acks == "all" else int(args.acks)
     if args.idempotence:
         opts["enable_idempotence"] = True
     if args.linger_ms is not None:
@@ -39,7 +40,8 @@ def run(args: RunArgs) -> Measured:
         producer = AIOKafkaProducer(**opts)
         await producer.start()
         try:
-            return await drive(args, producer.send, producer.flush, value, keys)
+            return await drive(args, producer.send, producer.flush, value, keys,
+                               producer.send_and_wait)
         finally:
             await producer.stop()
 

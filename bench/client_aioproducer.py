@@ -25,8 +25,9 @@ from bench.common import (
 
 
 def _options(args: RunArgs) -> dict[str, Any]:
-    opts: dict[str, Any] = {"bootstrap_servers": args.bootstrap,
-                            "acks": "all" if args.acks == "all" else int(args.acks)}
+    opts: dict[str, Any] = {"bootstrap_servers": args.bootstrap}
+    if args.acks is not None:
+        opts["acks"] = "all" if args.acks == "all" else int(args.acks)
     if args.idempotence:
         opts["enable_idempotence"] = True
     if args.linger_ms is not None:
@@ -99,7 +100,7 @@ def run(args: RunArgs) -> Measured:
             if args.api == "send_many":
                 m = await _send_many(args, p, value, keys)
             else:
-                m = await drive(args, p.send, p.flush, value, keys)
+                m = await drive(args, p.send, p.flush, value, keys, p.send_and_wait)
         return m
 
     m = run_loop(main, args.loop)

@@ -1,6 +1,10 @@
 """Runner for confluent-kafka (librdkafka): ``produce()`` + ``poll(0)`` per record, then
 ``flush()``. A full local queue (BufferError) is waited out with ``poll()``.
 
+Send-and-wait: ``produce()`` then ``poll()`` until the delivery callback ran; with the
+library's own way to wait (``sync_api``), ``produce()`` + ``flush()``, and in the
+concurrent mode that from ``concurrency`` threads (``flush()`` is thread-safe).
+
 Delivery callbacks are attached to the sampled records only (latency); completeness is
 checked by ``flush()`` returning 0 and by the harness reading the broker's offsets.
 """
@@ -11,6 +15,7 @@ import time
 from typing import Any
 
 from bench.common import (
+    CONCURRENT,
     KEY_MASK,
     PACED,
     SEND_AND_WAIT,
@@ -21,6 +26,7 @@ from bench.common import (
     cpu_seconds,
     make_keys,
     make_value,
+    split_count,
 )
 
 
@@ -29,7 +35,9 @@ def run(args: RunArgs) -> Measured:
         import confluent_kafka
     except ImportError as e:
         raise Skip(f"confluent-kafka is not installed: {e}") from None
-    conf: dict[str, Any] = {"bootstrap.servers": args.bootstrap, "acks": args.acks}
+    conf: dict[str, Any] = {"bootstrap.servers": args.bootstrap}
+    if args.acks is not None:
+        conf["acks"] = args.acks
     if args.idempotence:
         conf["enable.idempotence"] = True
     if args.linger_ms is not None:
@@ -60,7 +68,9 @@ def run(args: RunArgs) -> Measured:
     key = None
     cpu0 = cpu_seconds()
     t0 = perf()
-    if args.mode == SEND_AND_WAIT:
+    if args.mode == CONCURRENT or (args.mode == SEND_AND_WAIT and args.sync_api):
+        _callers(args, producer, value, keys, lat, errors, deadline)
+    elif args.mode == SEND_AND_WAIT:
         for i in range(n):
             if keys is not None:
                 key = keys[i & KEY_MASK]
@@ -102,6 +112,48 @@ def run(args: RunArgs) -> Measured:
     cpu = cpu_seconds() - cpu0
     return Measured(records=n, elapsed_s=elapsed, cpu_loop_s=cpu, latencies_s=lat,
                     version=_version(confluent_kafka), errors=errors)
+
+
+def _callers(args: RunArgs, producer: Any, value: bytes, keys: list[bytes] | None,
+             lat: list[float], errors: list[str], deadline: float) -> None:
+    """``produce()`` + ``flush()`` per record, from one caller or from
+    ``args.concurrency`` threads at once (CONCURRENT)."""
+    import threading
+
+    perf = time.perf_counter
+    topic = args.topic
+    counts = (split_count(args.records, args.concurrency) if args.mode == CONCURRENT
+              else [args.records])
+
+    def caller(first: int, count: int) -> None:
+        key = None
+        for i in range(first, first + count):
+            if keys is not None:
+                key = keys[i & KEY_MASK]
+            t = perf()
+            done: list[Any] = []
+            producer.produce(topic, value, key,
+                             on_delivery=lambda err, _msg, done=done: done.append(err))
+            while not done:
+                producer.flush(1.0)
+                if time.monotonic() > deadline:
+                    errors.append("no delivery report within the run's timeout")
+                    return
+            if done[0] is not None:
+                errors.append(str(done[0]))
+            else:
+                lat.append(perf() - t)
+
+    if len(counts) == 1:
+        caller(0, counts[0])
+        return
+    firsts = [sum(counts[:j]) for j in range(len(counts))]
+    threads = [threading.Thread(target=caller, args=(f, c), daemon=True)
+               for f, c in zip(firsts, counts, strict=True)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(max(0.0, deadline - time.monotonic()))
 
 
 def _version(module: Any) -> str:

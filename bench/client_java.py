@@ -47,7 +47,9 @@ def command(args: RunArgs, payload_file: str | None = None) -> list[str]:
     if args.mode not in (THROUGHPUT, PACED):
         raise Skip(f"ProducerPerformance has no {args.mode} mode")
     throughput = str(int(args.rate)) if args.mode == PACED else "-1"
-    props = [f"bootstrap.servers={args.bootstrap}", f"acks={args.acks}"]
+    props = [f"bootstrap.servers={args.bootstrap}"]
+    if args.acks is not None:
+        props.append(f"acks={args.acks}")
     if args.idempotence:
         props.append("enable.idempotence=true")
     if args.linger_ms is not None:

@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from bench.common import (
+    CONCURRENT,
     KEY_MASK,
     PACED,
     SEND_AND_WAIT,
@@ -20,6 +21,7 @@ from bench.common import (
     cpu_seconds,
     make_keys,
     make_value,
+    split_count,
 )
 
 
@@ -29,8 +31,9 @@ def run(args: RunArgs) -> Measured:
         from kafka import KafkaProducer
     except ImportError as e:
         raise Skip(f"kafka-python is not installed: {e}") from None
-    opts: dict[str, Any] = {"bootstrap_servers": args.bootstrap,
-                            "acks": "all" if args.acks == "all" else int(args.acks)}
+    opts: dict[str, Any] = {"bootstrap_servers": args.bootstrap}
+    if args.acks is not None:
+        opts["acks"] = "all" if args.acks == "all" else int(args.acks)
     if args.idempotence:
         opts["enable_idempotence"] = True
     if args.linger_ms is not None:
@@ -54,7 +57,9 @@ def run(args: RunArgs) -> Measured:
     try:
         cpu0 = cpu_seconds()
         t0 = perf()
-        if args.mode == SEND_AND_WAIT:
+        if args.mode == CONCURRENT:
+            _threads(args, send, value, keys, lat, errors)
+        elif args.mode == SEND_AND_WAIT:
             for i in range(n):
                 if keys is not None:
                     key = keys[i & KEY_MASK]
@@ -86,6 +91,35 @@ def run(args: RunArgs) -> Measured:
         producer.close(timeout=10)
     return Measured(records=n, elapsed_s=elapsed, cpu_loop_s=cpu, latencies_s=lat,
                     version=kafka.__version__, errors=errors)
+
+
+def _threads(args: RunArgs, send: Any, value: bytes, keys: list[bytes] | None,
+             lat: list[float], errors: list[str]) -> None:
+    """``send(...).get()`` per record from ``args.concurrency`` threads at once."""
+    import threading
+
+    perf = time.perf_counter
+    counts = split_count(args.records, args.concurrency)
+    firsts = [sum(counts[:j]) for j in range(len(counts))]
+
+    def caller(first: int, count: int) -> None:
+        key = None
+        try:
+            for i in range(first, first + count):
+                if keys is not None:
+                    key = keys[i & KEY_MASK]
+                t = perf()
+                send(args.topic, value=value, key=key).get(timeout=args.timeout_s)
+                lat.append(perf() - t)
+        except Exception as exc:
+            errors.append(f"{type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=caller, args=(f, c), daemon=True)
+               for f, c in zip(firsts, counts, strict=True)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(args.timeout_s)
 
 
 if __name__ == "__main__":

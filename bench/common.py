@@ -28,6 +28,9 @@ from typing import Any
 THROUGHPUT = "throughput"
 SEND_AND_WAIT = "send-and-wait"
 PACED = "paced"
+CONCURRENT = "concurrent"
+"""Many callers at once (``RunArgs.concurrency``: asyncio tasks, or threads for the
+synchronous clients), each sending one record at a time and awaiting its ack."""
 
 JAVA_NO_KEYS = "ProducerPerformance cannot send keys"
 JAVA_NO_SYNC = "ProducerPerformance has no send-and-wait mode"
@@ -42,13 +45,17 @@ class Scenario:
     key_size: int = 0
     """0: no key; otherwise keys of this size, cycled over :data:`KEY_POOL` distinct keys."""
     partitions: int = 1
-    acks: str = "1"
-    """``"1"`` or ``"all"``."""
+    acks: str | None = "1"
+    """``"1"`` or ``"all"``; None: each client's own default."""
     idempotence: bool = False
     """True: every client is told to enable idempotence (its own option for it)."""
     linger_ms: int | None = None
     """None: each client's own default; a number: every client is set to it."""
     compression: str | None = None
+    sync_api: bool = False
+    """Send-and-wait through the library's own one-call way to wait for one record:
+    ``send_and_wait()`` (aioproducer, aiokafka), ``produce()`` + ``flush()``
+    (confluent-kafka), ``send().get()`` (kafka-python)."""
     unsupported: dict[str, str] = field(default_factory=dict)
     """Client family -> why that client cannot run this scenario (shown as n/a)."""
 
@@ -65,6 +72,18 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
              "one 100-byte record at a time, each ack awaited before the next send; "
              "1 partition, acks=1, linger 0 for every client",
              mode=SEND_AND_WAIT, linger_ms=0, unsupported={"java": JAVA_NO_SYNC}),
+    Scenario("send-and-wait-defaults",
+             "one 100-byte record at a time through the library's send-and-wait call "
+             "(send_and_wait(), produce() + flush(), send().get()), 1 partition, every "
+             "client at its own defaults (acks, idempotence, linger)",
+             mode=SEND_AND_WAIT, acks=None, sync_api=True,
+             unsupported={"java": JAVA_NO_SYNC}),
+    Scenario("concurrent-send-and-wait",
+             "100 concurrent callers (asyncio tasks; threads for confluent-kafka and "
+             "kafka-python), each sending one 100-byte record at a time through the "
+             "library's send-and-wait call, 1 partition, every client at its defaults",
+             mode=CONCURRENT, acks=None, sync_api=True,
+             unsupported={"java": JAVA_NO_SYNC}),
     Scenario("paced-10k",
              "100-byte records paced at a fixed rate (default 10,000/s for 5 s), "
              "1 partition, acks=1, linger 0 for every client",
@@ -122,11 +141,16 @@ class RunArgs:
     value_size: int = 100
     key_size: int = 0
     partitions: int = 1
-    acks: str = "1"
+    acks: str | None = "1"
+    """None: the client's default."""
     idempotence: bool = False
     linger_ms: int | None = None
     compression: str | None = None
     mode: str = THROUGHPUT
+    sync_api: bool = False
+    """See :attr:`Scenario.sync_api`."""
+    concurrency: int = 100
+    """Callers in :data:`CONCURRENT` mode."""
     rate: float = 0.0
     """Records per second in :data:`PACED` mode."""
     sample_every: int = 16
@@ -303,3 +327,10 @@ def latency_stamp(samples: list[float], t_sent: float) -> Callable[..., None]:
         samples.append(perf() - t_sent)
 
     return stamp
+
+
+def split_count(n: int, parts: int) -> list[int]:
+    """``n`` records shared by ``parts`` callers as evenly as possible (CONCURRENT)."""
+    parts = max(1, min(parts, n))
+    base, extra = divmod(n, parts)
+    return [base + (1 if i < extra else 0) for i in range(parts)]

@@ -1,15 +1,30 @@
-"""Markdown tables from the harness's run records (one table per scenario)."""
+"""Markdown tables from the harness's run records (one table per scenario), the
+repetitions that stray from their median, and the targets of issue #19.
+
+``python -m bench.report [bench/results/latest.json]`` renders the Markdown again from
+the raw records of a run (stdout), e.g. to paste into ``bench/README.md``.
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
 import statistics
+import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from bench.common import REFERENCE, Scenario
+from bench.common import CONCURRENT, PACED, REFERENCE, SCENARIOS, SEND_AND_WAIT, Scenario
 
 OK, FAILED, SKIPPED, NA = "ok", "FAILED", "skipped", "n/a"
 EN_DASH, TIMES = "\u2013", "\u00d7"
+WARN = "\u26a0"
+SPREAD = 0.25
+"""A repetition whose value differs from the median of its cell by more than this
+fraction is flagged (:data:`WARN` in the cell, listed under the table)."""
+LATENCY_MODES = (SEND_AND_WAIT, PACED, CONCURRENT)
 
 Row = dict[str, Any]
 Getter = Callable[[Row], "float | None"]
@@ -58,14 +73,41 @@ def _num(v: float) -> str:
     return f"{v:.2f}"
 
 
-def _cell(runs: Sequence[Row], get: Getter, spread: bool = True) -> str:
+def _cell(runs: Sequence[Row], get: Getter, spread: bool = True,
+          flagged: bool = False) -> str:
     vals = _values(runs, get)
     if not vals:
         return "—"
     med = _num(statistics.median(vals))
+    mark = f" {WARN}" if flagged else ""
     if not spread or len(vals) < 2:
-        return med
-    return f"{med} ({_num(min(vals))}{EN_DASH}{_num(max(vals))})"
+        return med + mark
+    return f"{med} ({_num(min(vals))}{EN_DASH}{_num(max(vals))}){mark}"
+
+
+def _strays(runs: Sequence[Row], get: Getter) -> list[tuple[Row, float, float]]:
+    """The runs whose value differs from the median over ``runs`` by more than
+    :data:`SPREAD` of it: (run, value, median)."""
+    vals = _values(runs, get)
+    if len(vals) < 2:
+        return []
+    med = statistics.median(vals)
+    if med == 0:
+        return []
+    out = []
+    for r in runs:
+        v = get(r)
+        if v is not None and abs(v - med) > SPREAD * abs(med):
+            out.append((r, v, med))
+    return out
+
+
+def _flagged_columns(scenario: Scenario) -> list[tuple[str, Getter]]:
+    cols: list[tuple[str, Getter]] = [("records/s", RECORDS_PER_S),
+                                      ("CPU s / M rec, send loop", CPU_LOOP)]
+    if scenario.mode in LATENCY_MODES:
+        cols += [("p50 ms", P50), ("p99 ms", P99)]
+    return cols
 
 
 def _ratio(ours: float | None, peer: float | None) -> str:
@@ -104,6 +146,7 @@ def scenario_table(scenario: Scenario, runs: Sequence[Row], client_order: Sequen
     lines += [HEADER, RULE]
     footnote = False
     failures: list[str] = []
+    strays: list[str] = []
     for client in client_order:
         crs = by_client.get(client, [])
         if not crs:
@@ -126,11 +169,21 @@ def scenario_table(scenario: Scenario, runs: Sequence[Row], client_order: Sequen
         ref_cpu = ref_cpu_proc if whole else ref_cpu_loop
         cpu_ratio = _ratio(ref_cpu, cpu) + (" †" if whole and ref_ok else "")
         footnote = footnote or (whole and bool(ref_ok))
+        flags: set[str] = set()
+        for name, get in _flagged_columns(scenario):
+            for r, v, med in _strays(ok, get):
+                flags.add(name)
+                strays.append(f"- {client}, repetition {r['rep']}: {name} {_num(v)} "
+                              f"against a median of {_num(med)} "
+                              f"({(v - med) / med * 100:+.0f} %)")
         lines.append(
-            f"| {client} | {runs_cell} | {_cell(ok, RECORDS_PER_S)} "
-            f"| {_cell(ok, MB_PER_S, False)} | {_cell(ok, CPU_LOOP)} "
+            f"| {client} | {runs_cell} "
+            f"| {_cell(ok, RECORDS_PER_S, flagged='records/s' in flags)} "
+            f"| {_cell(ok, MB_PER_S, False)} "
+            f"| {_cell(ok, CPU_LOOP, flagged='CPU s / M rec, send loop' in flags)} "
             f"| {_cell(ok, CPU_PROCESS)} | {_cell(ok, RSS_MIB, False)} "
-            f"| {_cell(ok, P50, False)} | {_cell(ok, P99)} "
+            f"| {_cell(ok, P50, False, flagged='p50 ms' in flags)} "
+            f"| {_cell(ok, P99, flagged='p99 ms' in flags)} "
             f"| {_ratio(ref_rps, _median(ok, RECORDS_PER_S))} | {cpu_ratio} "
             f"| {_ratio(ref_p99, _median(ok, P99))} |"
         )
@@ -138,8 +191,162 @@ def scenario_table(scenario: Scenario, runs: Sequence[Row], client_order: Sequen
     if footnote:
         lines += ["† ratio of whole-process CPU (this client reports no send-loop CPU; "
                   "the JVM's start-up and JIT are included).", ""]
+    if strays:
+        lines += [f"{WARN} repetitions more than {SPREAD:.0%} away from their median "
+                  "(counted in the numbers above; a noisy machine or a warming broker):",
+                  "", *strays, ""]
     if failures:
         lines += ["FAILED runs (not counted in any number above):", "", *failures, ""]
+    return "\n".join(lines)
+
+
+# -- the targets of issue #19 -------------------------------------------------------
+
+PEER = "confluent-kafka"
+BULK = "aioproducer-send_many"
+BUFFER_MEMORY_MIB = 32.0
+"""``buffer_memory``'s default (the Java producer's 32 MiB); every row keeps it."""
+THROUGHPUT_SCENARIOS = ("nokey-100B-1p", "key16-100B-8p", "1KiB-1p", "idempotent-acks-all",
+                        "lz4", "zstd")
+HOLDS, FAILS, UNMEASURED = "holds", "**does not hold**", "not measured"
+
+
+@dataclass
+class Verdict:
+    target: str
+    scenario: str
+    measured: str
+    verdict: str
+
+
+class _Medians:
+    def __init__(self, runs: Sequence[Row]) -> None:
+        self.ok: dict[tuple[str, str], list[Row]] = {}
+        for r in runs:
+            if r["status"] == OK:
+                self.ok.setdefault((r["scenario"], r["client"]), []).append(r)
+
+    def runs(self, scenario: str, client: str) -> list[Row]:
+        return self.ok.get((scenario, client), [])
+
+    def median(self, scenario: str, client: str, get: Getter) -> float | None:
+        return _median(self.runs(scenario, client), get)
+
+
+def _ratio_target(m: _Medians, target: str, scenario: str, ours: str, peer: str,
+                  at_least: float) -> Verdict:
+    a = m.median(scenario, ours, RECORDS_PER_S)
+    b = m.median(scenario, peer, RECORDS_PER_S)
+    if a is None or b is None or b == 0:
+        return Verdict(target, scenario, "—", UNMEASURED)
+    r = a / b
+    return Verdict(target, scenario,
+                   f"{_num(a)} ÷ {_num(b)} rec/s = {r:.2f}{TIMES} (target ≥ {at_least:g}{TIMES})",
+                   HOLDS if r >= at_least else FAILS)
+
+
+def _rate_and_ratio(m: _Medians, target: str, scenario: str, floor: float,
+                    at_least: float) -> Verdict:
+    a = m.median(scenario, BULK, RECORDS_PER_S)
+    b = m.median(scenario, PEER, RECORDS_PER_S)
+    if a is None or b is None or b == 0:
+        return Verdict(target, scenario, "—", UNMEASURED)
+    r = a / b
+    ok = a >= floor and r >= at_least
+    return Verdict(target, scenario,
+                   f"{_num(a)} rec/s (target ≥ {_num(floor)}), {r:.2f}{TIMES} {PEER} "
+                   f"(target ≥ {at_least:g}{TIMES})", HOLDS if ok else FAILS)
+
+
+def evaluate_targets(runs: Sequence[Row]) -> list[Verdict]:
+    """Each target row of issue #19, from the medians of this run's verified runs."""
+    m = _Medians(runs)
+    out = [
+        _ratio_target(m, f"keyless, 1 partition, `await send()`: ≥ 1.5{TIMES} {PEER}",
+                      "nokey-100B-1p", REFERENCE, PEER, 1.5),
+        _ratio_target(m, f"keyless, 1 partition, `await send()`: ≥ 8{TIMES} aiokafka",
+                      "nokey-100B-1p", REFERENCE, "aiokafka", 8.0),
+        _ratio_target(m, f"keyed (16 B keys), 8 partitions: ≥ 1.3{TIMES} {PEER}",
+                      "key16-100B-8p", REFERENCE, PEER, 1.3),
+        _ratio_target(m, f"idempotent, acks=all: ≥ 1.3{TIMES} {PEER}",
+                      "idempotent-acks-all", REFERENCE, PEER, 1.3),
+        _ratio_target(m, f"lz4, `await send()`: ≥ 1.3{TIMES} {PEER}", "lz4", REFERENCE,
+                      PEER, 1.3),
+        _ratio_target(m, f"zstd, `await send()`: ≥ 1.3{TIMES} {PEER}", "zstd", REFERENCE,
+                      PEER, 1.3),
+        _rate_and_ratio(m, f"`send_many` keyless: ≥ 4 M rec/s and ≥ 3{TIMES} {PEER}",
+                        "nokey-100B-1p", 4e6, 3.0),
+        _rate_and_ratio(m, f"`send_many` keyed: ≥ 2 M rec/s and ≥ 3{TIMES} {PEER}",
+                        "key16-100B-8p", 2e6, 3.0),
+    ]
+    # send_and_wait, linger 0 for every client: p50 and p99 <= the peer's.
+    sc = "send-and-wait"
+    cells, ok, missing = [], True, False
+    for name, get in (("p50", P50), ("p99", P99)):
+        a, b = m.median(sc, REFERENCE, get), m.median(sc, PEER, get)
+        if a is None or b is None:
+            missing = True
+            continue
+        cells.append(f"{name} {_num(a)} against {_num(b)} ms ({a / b:.2f}{TIMES})")
+        ok = ok and a <= b
+    out.append(Verdict(f"`send_and_wait`, linger 0 for every client: p50 and p99 ≤ {PEER}'s",
+                       sc, ", ".join(cells) or "—",
+                       UNMEASURED if missing else (HOLDS if ok else FAILS)))
+    sc = "send-and-wait-defaults"
+    a = m.median(sc, REFERENCE, P50)
+    b = m.median(sc, PEER, P50)
+    peer = f"; {PEER} {_num(b)} ms" if b is not None else ""
+    out.append(Verdict("`send_and_wait`, every client at its defaults: p50 ≤ 0.5 ms", sc,
+                       "—" if a is None else f"p50 {_num(a)} ms{peer}",
+                       UNMEASURED if a is None else (HOLDS if a <= 0.5 else FAILS)))
+    sc = "paced-10k"
+    p99s = _values(m.runs(sc, REFERENCE), P99)
+    out.append(Verdict("paced 10 k/s, linger 0: p99 ≤ 1.0 ms in every rep", sc,
+                       "—" if not p99s else
+                       "p99 per rep: " + ", ".join(f"{_num(v)} ms" for v in p99s),
+                       UNMEASURED if not p99s else
+                       (HOLDS if max(p99s) <= 1.0 else FAILS)))
+    cells, ok = [], True
+    for sc in THROUGHPUT_SCENARIOS:
+        a = m.median(sc, REFERENCE, CPU_PROCESS)
+        b = m.median(sc, PEER, CPU_PROCESS)
+        if a is None or b is None or b == 0:
+            continue
+        cells.append(f"{sc} {a / b:.2f}{TIMES}")
+        ok = ok and a <= b
+    out.append(Verdict(f"whole-process CPU per record ≤ {PEER}'s, every throughput "
+                       "scenario", "all throughput", ", ".join(cells) or "—",
+                       UNMEASURED if not cells else (HOLDS if ok else FAILS)))
+    worst: tuple[float, str, str] | None = None
+    for (sc, client), rs in m.ok.items():
+        if not client.startswith(REFERENCE):
+            continue
+        for v in _values(rs, RSS_MIB):
+            if worst is None or v > worst[0]:
+                worst = (v, sc, client)
+    limit = BUFFER_MEMORY_MIB + 40
+    out.append(Verdict(f"RSS ≤ `buffer_memory` + 40 MiB ({limit:.0f} MiB) in every scenario",
+                       "all", "—" if worst is None else
+                       f"largest peak {_num(worst[0])} MiB ({worst[2]}, {worst[1]})",
+                       UNMEASURED if worst is None else
+                       (HOLDS if worst[0] <= limit else FAILS)))
+    return out
+
+
+def targets_block(runs: Sequence[Row]) -> str:
+    verdicts = evaluate_targets(runs)
+    lines = ["### Targets (issue #19)", "",
+             "Evaluated on this run's medians (verified runs only); a target whose "
+             "scenario or client was not run is \"not measured\". Throughput targets use "
+             "the `aioproducer` row (16 KiB batches), the `send_many` ones the "
+             f"`{BULK}` row.", "",
+             "| target | scenario | measured | verdict |", "|---|---|---|---|"]
+    lines += [f"| {v.target} | `{v.scenario}` | {v.measured} | {v.verdict} |"
+              for v in verdicts]
+    held = sum(v.verdict == HOLDS for v in verdicts)
+    measured = sum(v.verdict != UNMEASURED for v in verdicts)
+    lines += ["", f"{held} of {measured} measured targets hold "
+              f"({len(verdicts) - measured} not measured).", ""]
     return "\n".join(lines)
 
 
@@ -152,7 +359,10 @@ def render(meta: dict[str, Any], scenarios: Sequence[Scenario],
             f"Ratios are {REFERENCE} ÷ client on medians: records/s above 1 means "
             f"{REFERENCE} is faster; CPU and p99 below 1 mean {REFERENCE} uses less CPU "
             "per record / has lower tail latency. Latency is send → acknowledgement "
-            "(sampled records; Java: all records, whole milliseconds).", ""]
+            "(sampled records; Java: all records, whole milliseconds). "
+            f"{WARN}: a repetition more than {SPREAD:.0%} away from the median of its "
+            "cell (listed under the table).", ""]
+    out.append(targets_block(runs))
     for sc in scenarios:
         if sc.name in skipped_scenarios:
             out += [f"### `{sc.name}`", "", f"{sc.description}.", "",
@@ -163,3 +373,24 @@ def render(meta: dict[str, Any], scenarios: Sequence[Scenario],
         out.append(scenario_table(sc, sc_runs, client_order,
                                   records_by_scenario[sc.name], reps))
     return "\n".join(out).rstrip() + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.report",
+                                description="Render the Markdown report of a bench run "
+                                            "again from its raw records.")
+    p.add_argument("json", nargs="?", type=Path,
+                   default=Path(__file__).resolve().parent / "results" / "latest.json")
+    args = p.parse_args(argv)
+    raw = json.loads(args.json.read_text())
+    runs = raw["runs"]
+    names = raw.get("scenarios") or list(dict.fromkeys(r["scenario"] for r in runs))
+    scenarios = [SCENARIOS[n] for n in names if n in SCENARIOS]
+    clients = raw.get("clients") or list(dict.fromkeys(r["client"] for r in runs))
+    sys.stdout.write(render(raw["meta"], scenarios, raw["records_by_scenario"], runs,
+                            raw.get("skipped_scenarios", {}), clients))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

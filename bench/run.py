@@ -28,9 +28,11 @@ from typing import Any
 
 from bench.common import (
     CLIENTS,
+    CONCURRENT,
     PACED,
     SCENARIOS,
     SEND_AND_WAIT,
+    THROUGHPUT,
     Client,
     RunArgs,
     Scenario,
@@ -59,7 +61,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--records", type=int, default=1_000_000,
                    help="records per run in the throughput scenarios (default 1,000,000)")
     p.add_argument("--sync-records", type=int, default=2000,
-                   help="records per run in send-and-wait (default 2,000)")
+                   help="records per run in the send-and-wait scenarios (default 2,000)")
+    p.add_argument("--concurrent-records", type=int, default=20_000,
+                   help="records per run in concurrent-send-and-wait (default 20,000)")
+    p.add_argument("--concurrency", type=int, default=100,
+                   help="callers in concurrent-send-and-wait (default 100)")
+    p.add_argument("--no-warmup", action="store_true",
+                   help="skip the unmeasured warm-up run of each client per scenario")
     p.add_argument("--paced-rate", type=int, default=10_000,
                    help="records/s in paced-10k (default 10,000)")
     p.add_argument("--paced-seconds", type=float, default=5.0,
@@ -82,8 +90,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     for name in args.scenario:
         if name not in SCENARIOS:
             p.error(f"unknown scenario {name!r}; choose from {names}")
-    if args.records <= 0 or args.reps <= 0 or args.sync_records <= 0:
-        p.error("--records, --sync-records and --reps must be positive")
+    if min(args.records, args.reps, args.sync_records, args.concurrent_records,
+           args.concurrency) <= 0:
+        p.error("--records, --sync-records, --concurrent-records, --concurrency and "
+                "--reps must be positive")
     if args.paced_rate <= 0 or args.paced_seconds <= 0:
         p.error("--paced-rate and --paced-seconds must be positive")
     return args
@@ -102,6 +112,8 @@ def select_clients(patterns: list[str]) -> list[Client]:
 def records_for(sc: Scenario, args: argparse.Namespace) -> int:
     if sc.mode == SEND_AND_WAIT:
         return int(args.sync_records)
+    if sc.mode == CONCURRENT:
+        return int(args.concurrent_records)
     if sc.mode == PACED:
         return int(args.paced_rate * args.paced_seconds)
     return int(args.records)
@@ -210,8 +222,9 @@ def one_run(admin: Any, bootstrap: str, sc: Scenario, client: Client, rep: int,
         bootstrap=bootstrap, topic=topic, records=n, value_size=sc.value_size,
         key_size=sc.key_size, partitions=sc.partitions, acks=sc.acks,
         idempotence=sc.idempotence, linger_ms=sc.linger_ms, compression=sc.compression,
-        mode=sc.mode, rate=float(args.paced_rate),
-        sample_every=1 if sc.mode in (SEND_AND_WAIT, PACED) else 16,
+        mode=sc.mode, rate=float(args.paced_rate), sync_api=sc.sync_api,
+        concurrency=int(args.concurrency),
+        sample_every=1 if sc.mode in (SEND_AND_WAIT, PACED, CONCURRENT) else 16,
         timeout_s=max(10.0, timeout - 20.0), kafka_libs=libs, **client.options,
     )
     record: dict[str, Any] = {"scenario": sc.name, "client": client.name, "rep": rep,
@@ -240,6 +253,31 @@ def one_run(admin: Any, bootstrap: str, sc: Scenario, client: Client, rep: int,
     finally:
         if not args.keep_topics:
             admin.delete_topic(topic)
+
+
+def warmup_records(sc: Scenario, n: int) -> int:
+    """Records of the unmeasured warm-up run: enough to warm the broker's log and
+    the client's code paths up, small next to a measured run."""
+    if sc.mode == THROUGHPUT:
+        return min(n, 50_000)
+    if sc.mode == CONCURRENT:
+        return min(n, 2_000)
+    return min(n, 200)
+
+
+def git_commit() -> str:
+    """``git rev-parse --short HEAD``, with "+ uncommitted changes" when the package
+    or the bench differ from it; "?" outside a git checkout."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                              capture_output=True, text=True, timeout=10, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "aioproducer",
+                                "bench", "setup.py"], cwd=ROOT, capture_output=True,
+                               text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return "?"
+    commit = head.stdout.strip()
+    return commit + (" + uncommitted changes" if dirty.stdout.strip() else "")
 
 
 def _summary(record: dict[str, Any]) -> str:
@@ -297,6 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench.broker import Admin
 
     runs: list[dict[str, Any]] = []
+    warmups: list[dict[str, Any]] = []
     records_by_scenario = {sc.name: records_for(sc, args) for sc in scenarios}
     started = datetime.now(timezone.utc)
     load_before = _loadavg()
@@ -317,6 +356,24 @@ def main(argv: list[str] | None = None) -> int:
                     status, reason = not_runnable[c.name]
                     runs.append({"scenario": sc.name, "client": c.name, "rep": 1,
                                  "status": status, "reason": reason, "result": {}})
+            if not args.no_warmup:
+                # One unmeasured run per client first (rep 0): the broker's first
+                # writes to a new log and each client's first run are the slowest.
+                wn = warmup_records(sc, n)
+                for c in clients:
+                    if c.name in not_runnable:
+                        continue
+                    label = f"[{sc.name} warm-up] {c.name}"
+                    print(f"bench: {label} ({wn:,} records, not reported) ...",
+                          file=sys.stderr, flush=True)
+                    record = one_run(admin, bootstrap, sc, c, 0, args, wn, libs)
+                    warmups.append(record)
+                    print(f"bench: {label}: {_summary(record)}", file=sys.stderr, flush=True)
+                    if record["status"] == SKIPPED:
+                        not_runnable[c.name] = (SKIPPED, record["reason"])
+                        runs.append({"scenario": sc.name, "client": c.name, "rep": 1,
+                                     "status": SKIPPED, "reason": record["reason"],
+                                     "result": {}})
             for rep in range(1, args.reps + 1):
                 for c in clients:
                     if c.name in not_runnable:
@@ -337,6 +394,7 @@ def main(argv: list[str] | None = None) -> int:
             versions.setdefault(CLIENT_FAMILY.get(r["client"], r["client"]), v)
     meta = {
         "date": started.strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": git_commit(),
         "host": host_description(),
         "python": f"{platform.python_implementation()} {platform.python_version()}",
         "broker": broker_desc,
@@ -344,6 +402,8 @@ def main(argv: list[str] | None = None) -> int:
         "load average (1 min) before / after": f"{load_before} / {_loadavg()} "
                                                  f"on {os.cpu_count()} CPUs",
         "repetitions": args.reps,
+        "warm-up": ("none" if args.no_warmup else "one unmeasured run per client and "
+                    "scenario before the repetitions (not in any number)"),
         "command": "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:]),
     }
     md = render(meta, scenarios, records_by_scenario, runs, skipped_scenarios,
@@ -351,7 +411,9 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "latest.md").write_text(md)
     raw = {"meta": meta, "records_by_scenario": records_by_scenario,
-           "skipped_scenarios": skipped_scenarios, "runs": runs}
+           "skipped_scenarios": skipped_scenarios, "runs": runs, "warmups": warmups,
+           "scenarios": [sc.name for sc in scenarios],
+           "clients": [c.name for c in clients]}
     (args.out / "latest.json").write_text(json.dumps(raw, indent=1) + "\n")
     sys.stdout.write(md)
     print(f"bench: wrote {args.out / 'latest.md'} and latest.json", file=sys.stderr)

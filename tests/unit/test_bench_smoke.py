@@ -26,13 +26,16 @@ def test_bench_two_clients_verified(kafka_bootstrap: str, tmp_path: Path) -> Non
            "--scenario", "nokey-100B-1p", "--records", "2000", "--reps", "1",
            "--client", "confluent-kafka", "--client", "aioproducer",
            "--run-timeout", "40", "--out", str(tmp_path)]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=58,
+    # Four runs: one unmeasured warm-up per client, then the measured repetition.
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=110,
                           stdin=subprocess.DEVNULL, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
     raw = json.loads((tmp_path / "latest.json").read_text())
     runs = {r["client"]: r for r in raw["runs"]}
     assert set(runs) == {"aioproducer", "confluent-kafka"}
+    assert sorted((w["client"], w["rep"]) for w in raw["warmups"]) == [
+        ("aioproducer", 0), ("confluent-kafka", 0)]
     for client, run in runs.items():
         assert run["status"] == "ok", (client, run.get("reason"), run.get("stderr_tail"))
         assert run["verification"]["ok"], run["verification"]
