@@ -261,14 +261,15 @@ class Tracing:
 
     def _end(self, span: Any, started: float, topic: str, exc: BaseException | None,
              batch: bool = False) -> None:
-        attrs = {"messaging.system": _SYSTEM, "messaging.operation.name": "send",
-                 "messaging.destination.name": topic}
         if exc is not None:
             span.set_attribute("error.type", _error_type(exc))
             span.record_exception(exc)
             span.set_status(self._error_status(f"{type(exc).__name__}: {exc}"))
-            attrs["error.type"] = _error_type(exc)
         if self._duration is not None:
+            attrs = {"messaging.system": _SYSTEM, "messaging.operation.name": "send",
+                     "messaging.destination.name": topic}
+            if exc is not None:
+                attrs["error.type"] = _error_type(exc)
             self._duration.record(time.perf_counter() - started, attrs)
         span.end()
 
@@ -313,35 +314,61 @@ class Tracing:
             span.end()
             return
         exc = fut.exception()
+        attrs: dict[str, Any] = {}
         if exc is None:
             meta = fut.result()
             partition = meta.partition
             if meta.offset >= 0:
-                span.set_attribute("messaging.kafka.offset", meta.offset)
+                attrs["messaging.kafka.offset"] = meta.offset
         else:
             partition = fut.partition
         if partition >= 0:
-            span.set_attribute("messaging.destination.partition.id", str(partition))
+            attrs["messaging.destination.partition.id"] = str(partition)
             leader = self._leader(topic, partition)
             if leader is not None:
-                span.set_attribute("server.address", leader[0])
-                span.set_attribute("server.port", leader[1])
+                attrs["server.address"], attrs["server.port"] = leader
+        span.set_attributes(attrs)  # one call: the SDK locks the span for each
         self._end(span, started, topic, exc)
+
+    def _many_headers(self, span: Any, count: int | None,
+                      headers: Sequence[Sequence[Header] | None] | None) -> Any:
+        """Per-record headers for send_many: the call span's context in each record's
+        (the caller's headers kept). Arrow columns are passed on as they are."""
+        if count is None or not (headers is None or isinstance(headers, (list, tuple))):
+            return headers
+        injected = self._headers(span, None)
+        if not injected:
+            return headers
+        if headers is None:
+            return [injected] * count  # one list for all: only read
+        out: list[Any] = []
+        for h in headers:
+            out.append(injected if h is None else self._headers(span, h))
+        return out
 
     async def send_many(self, send_many: Callable[..., Awaitable[SendManyResult]],
                         topic: Any, values: Sequence[Any], keys: Sequence[Any] | None,
-                        partition: int | None, timestamp_ms: int | None) -> SendManyResult:
-        """One span for a ``send_many()`` call, ended when all its records are done."""
+                        partition: int | None, timestamp_ms: int | None,
+                        headers: Sequence[Sequence[Header] | None] | None = None
+                        ) -> SendManyResult:
+        """One span for a ``send_many()`` call, ended when all its records are done;
+        its context goes into every record's headers."""
         started = time.perf_counter()
         attrs: dict[str, Any] = {}
-        if hasattr(values, "__len__"):
-            attrs["messaging.batch.message_count"] = len(values)
+        count = len(values) if hasattr(values, "__len__") else None
+        if count is not None:
+            attrs["messaging.batch.message_count"] = count
         if type(partition) is int and partition >= 0:
             attrs["messaging.destination.partition.id"] = str(partition)
         name = topic if isinstance(topic, str) else str(topic)
         span = self._start(name, attrs)
         try:
-            result = await send_many(topic, values, keys, partition, timestamp_ms)
+            many = self._many_headers(span, count, headers)
+            if many is None:
+                result = await send_many(topic, values, keys, partition, timestamp_ms)
+            else:
+                result = await send_many(topic, values, keys, partition, timestamp_ms,
+                                         headers=many)
         except BaseException as exc:
             self._end(span, started, name, exc)
             raise

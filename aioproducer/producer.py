@@ -461,8 +461,9 @@ class Producer:
         if headers is not None or timestamps is not None:
             call = partial(self._send_many_call, headers=headers, timestamps=timestamps)
         if self._tracing is not None:  # one span for the call (aioproducer.otel)
-            return await self._tracing.send_many(call, topic, values, keys,
-                                                 partition, timestamp_ms)
+            return await self._tracing.send_many(
+                partial(self._send_many_call, timestamps=timestamps), topic, values, keys,
+                partition, timestamp_ms, headers)
         return await call(topic, values, keys, partition, timestamp_ms)
 
     async def _send_many_call(self, topic: str, values: Sequence[Any],

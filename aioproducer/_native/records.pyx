@@ -32,8 +32,6 @@ from .murmur2 cimport murmur2_to_partition
 # send_many's bulk path (CoreAppender.append_many) reads these.
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.mem cimport PyMem_Free, PyMem_Realloc
-from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
-from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_Check
 from libc.stdint cimport uint8_t, uintptr_t
 
 
@@ -508,6 +506,71 @@ cdef inline int choose_partition_raw(TopicRoute route, const char* key, Py_ssize
     return murmur2_to_partition(<const unsigned char*>key, key_len, route.num_partitions)
 
 
+cdef extern from *:
+    """
+    /* A str's UTF-8 bytes without an exception check: compact ASCII strings are read
+       in place; others through PyUnicode_AsUTF8AndSize (cached in the str). NULL, with
+       the error cleared, for a str that has no UTF-8 form (lone surrogates). */
+    static inline const char* aiop_str_utf8(PyObject* o, Py_ssize_t* size) {
+        const char* p;
+        if (PyUnicode_IS_COMPACT_ASCII(o)) {
+            *size = PyUnicode_GET_LENGTH(o);
+            return (const char*)PyUnicode_DATA(o);
+        }
+        p = PyUnicode_AsUTF8AndSize(o, size);
+        if (p == NULL)
+            PyErr_Clear();
+        return p;
+    }
+
+    /* One header of a Python list/tuple: a 2-tuple (str, bytes | None) into its
+       key and value pointers and lengths (-1: null value); 0, or -1 for anything
+       else (the Python path checks it). Borrowed: the caller's list keeps it alive. */
+    static inline int aiop_header_pair(PyObject* pair, const char** key,
+                                       Py_ssize_t* key_len, const char** value,
+                                       Py_ssize_t* value_len) {
+        PyObject *k, *v;
+        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2)
+            return -1;
+        k = PyTuple_GET_ITEM(pair, 0);
+        v = PyTuple_GET_ITEM(pair, 1);
+        if (!PyUnicode_Check(k))
+            return -1;
+        if (v == Py_None) {
+            *value = NULL;
+            *value_len = -1;
+        } else if (PyBytes_CheckExact(v)) {
+            *value = PyBytes_AS_STRING(v);
+            *value_len = PyBytes_GET_SIZE(v);
+        } else {
+            return -1;
+        }
+        *key = aiop_str_utf8(k, key_len);
+        return *key == NULL ? -1 : 0;
+    }
+
+    /* The items of a list or tuple (exact types) into *items, their count into *n:
+       0, or -1 for anything else. (An empty list's item array is NULL.) */
+    static inline int aiop_seq_items(PyObject* o, PyObject*** items, Py_ssize_t* n) {
+        if (PyList_CheckExact(o)) {
+            *n = PyList_GET_SIZE(o);
+            *items = ((PyListObject*)o)->ob_item;
+            return 0;
+        }
+        if (PyTuple_CheckExact(o)) {
+            *n = PyTuple_GET_SIZE(o);
+            *items = ((PyTupleObject*)o)->ob_item;
+            return 0;
+        }
+        return -1;
+    }
+    """
+    const char* aiop_str_utf8(object o, Py_ssize_t* size) noexcept
+    int aiop_header_pair(PyObject* pair, const char** key, Py_ssize_t* key_len,
+                         const char** value, Py_ssize_t* value_len) noexcept
+    int aiop_seq_items(PyObject* o, PyObject*** items, Py_ssize_t* n) noexcept
+
+
 cdef inline int col_mode(object col):
     if col is None:
         return COL_NONE
@@ -662,7 +725,9 @@ cdef class CoreAppender:
         cdef int64_t ts, a = 0, b = 0
         cdef long long lts
         cdef CoreBatch batch
-        cdef object item, hk, hval, tail
+        cdef object item, tail
+        cdef PyObject* hitem
+        cdef PyObject** pairs = NULL
         cdef list last = [None] * route.num_partitions  # per partition: the batch last
                                                          # added to touched
         cdef Py_ssize_t index, before, nh, cap = 0, j, payload
@@ -690,13 +755,9 @@ cdef class CoreAppender:
                 # -- headers, borrowed into slots
                 nh = 0
                 if hmode == COL_LIST:
-                    item = <object>PyList_GET_ITEM(<list>headers, i)
-                    if item is not None:
-                        if type(item) is list:
-                            nh = PyList_GET_SIZE(item)
-                        elif type(item) is tuple:
-                            nh = PyTuple_GET_SIZE(item)
-                        else:
+                    hitem = PyList_GET_ITEM(<list>headers, i)
+                    if hitem != <PyObject*>None:
+                        if aiop_seq_items(hitem, &pairs, &nh) < 0:
                             return i
                 elif hmode == COL_ARROW:
                     j = hoff + i
@@ -717,22 +778,9 @@ cdef class CoreAppender:
                 for j in range(nh):
                     h = &slots[j]
                     if hmode == COL_LIST:
-                        if type(item) is list:
-                            hval = <object>PyList_GET_ITEM(item, j)
-                        else:
-                            hval = <object>PyTuple_GET_ITEM(item, j)
-                        if type(hval) is not tuple or PyTuple_GET_SIZE(hval) != 2:
-                            return i
-                        hk = <object>PyTuple_GET_ITEM(hval, 0)
-                        if not PyUnicode_Check(hk):
-                            return i
-                        if not bytes_slice(<object>PyTuple_GET_ITEM(hval, 1), &h.value,
-                                           &h.value_len):
-                            return i
-                        try:
-                            h.key = PyUnicode_AsUTF8AndSize(hk, &h.key_len)
-                        except UnicodeError:
-                            return i  # (lone surrogates) the Python path raises
+                        if aiop_header_pair(pairs[j], &h.key, &h.key_len, &h.value,
+                                            &h.value_len) < 0:
+                            return i  # not (str, bytes | None): the Python path checks
                     else:
                         bin_get(&hkcol, <Py_ssize_t>a + j, &h.key, &h.key_len)
                         if h.key_len < 0:

@@ -137,20 +137,37 @@ async def test_failures_end_the_span_with_error_type(kafka_bootstrap: str,
 async def test_send_many_makes_one_span_for_the_call(kafka_bootstrap: str,
                                                      topic_factory: Any, spans: Any) -> None:
     provider, exporter = spans
-    topic = topic_factory(partitions=3)
+    topic, other = topic_factory(partitions=3), topic_factory()
+    mine = b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    headers: list[Any] = [None] * 10
+    headers[3] = [("traceparent", mine)]
+    headers[4] = [("app", b"x")]
     async with Producer(bootstrap_servers=kafka_bootstrap, tracer_provider=provider,
-                        linger_ms=20) as producer:
+                        propagator=W3C, linger_ms=20) as producer:
         result = await producer.send_many(topic, [b"a%d" % i for i in range(50)],
                                           [b"k%d" % i for i in range(50)])
         assert _sends(exporter, topic) == []  # not acknowledged yet: the span is open
         assert await result == 50
+        await (await producer.send_many(other, [b"b%d" % i for i in range(10)],
+                                        headers=headers))
         await producer.flush()
         await asyncio.sleep(0)  # done-callbacks run on the next turn of the loop
     [span] = _sends(exporter, topic)
     assert span.kind is SpanKind.PRODUCER
     assert span.attributes["messaging.batch.message_count"] == 50
     assert "error.type" not in span.attributes
-    assert len(consume_all(kafka_bootstrap, topic, 50)) == 50
+    records = consume_all(kafka_bootstrap, topic, 50)
+    assert len(records) == 50
+    for rec in records:  # every record carries the call's span context
+        ctx = _context_of(rec)
+        assert (ctx.trace_id, ctx.span_id) == (span.context.trace_id, span.context.span_id)
+    [span2] = _sends(exporter, other)
+    assert span2.attributes["messaging.batch.message_count"] == 10
+    by_value = {r.value: r for r in consume_all(kafka_bootstrap, other, 10)}
+    assert by_value[b"b3"].headers == [("traceparent", mine)]  # the caller's, kept
+    assert by_value[b"b4"].headers[0] == ("app", b"x")
+    for value in (b"b0", b"b4", b"b9"):
+        assert _context_of(by_value[value]).span_id == span2.context.span_id
 
 
 async def test_tracing_off_keeps_the_native_path_and_makes_no_spans(

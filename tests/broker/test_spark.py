@@ -2,7 +2,8 @@
 
 One local Spark session (``local[2, 2]``: two cores, and a failed task is tried twice so
 that Spark's retry can be tested) serves the whole run (the ``spark`` fixture of
-tests/broker/conftest.py); everything binds to 127.0.0.1. What arrives is read back with confluent-kafka (tests/kafka_util.py).
+tests/broker/conftest.py); everything binds to 127.0.0.1. What arrives is read back with
+confluent-kafka (tests/support/kafka_util.py).
 """
 
 from __future__ import annotations
