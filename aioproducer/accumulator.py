@@ -603,6 +603,11 @@ class RecordAccumulator:
             piece.attempts = batch.attempts
             piece.last_error = batch.last_error
             pieces.append(piece)
+            if need > target:
+                # A record over the target goes alone: the slack of its size bound
+                # must not take the next record too, or a batch of one big and one
+                # small record would come back whole, and split for ever.
+                piece = None
         if batch.base_sequence >= 0:
             seq = batch.base_sequence
             for p in pieces:

@@ -491,6 +491,7 @@ class Producer:
                          guard: Callable[[], None] | None) -> SendManyResult:
         n = bulk.count
         touched: list[ProducerBatch] = []
+        firsts: list[int] = []  # per touched batch: the index of the call's first record
         append_many = self._appender.append_many if self._fast else None
         native: tuple[Any, Any, Any, Any] = (None, None, None, None)
         if append_many is not None:
@@ -502,7 +503,7 @@ class Producer:
                 if guard is not None and i:
                     guard()  # the loop suspended since the last check
                 i = append_many(topic, vals, ks, i, partition, timestamp_ms, touched,
-                                hs, tss, n)
+                                hs, tss, n, firsts)
                 if i >= n:
                     break
             try:
@@ -512,15 +513,16 @@ class Producer:
                                      timestamp_ms if bulk.timestamps is None else ts,
                                      headers, guard)
             except BaseException as exc:
-                err = _send_many_error(exc, i, touched)
+                err = _send_many_error(exc, i, touched, firsts)
                 if err is exc:
                     raise
                 raise err from exc
             touched.append(fut.batch)
+            firsts.append(fut.index)
             i += 1
             if self._state != _RUNNING:
                 self._raise_not_running()
-        return SendManyResult(touched, n)
+        return SendManyResult(touched, n, firsts)
 
     async def send_and_wait(self, topic: str, value: Any = None, key: Any = None, *,
                             partition: int | None = None, timestamp_ms: int | None = None,

@@ -21,16 +21,25 @@ class SendManyResult:
     """What ``send_many()`` returns once every record is buffered.
 
     ``await`` it to wait until all of them are acknowledged: it gives the number of
-    records, or raises the first typed error of the batches holding them (a split
-    batch's through the batches its records moved to; a KIP-467 per-record error
-    before its batch's error), with the traceback it had when the batch failed;
-    ``failures()`` lists them all.
+    records, or raises the first typed error of the call's records (a split batch's
+    through the pieces holding them; a KIP-467 per-record error before its batch's
+    error), with the traceback it had when the batch failed; ``failures()`` lists them
+    all. Only the call's own records count: in a batch shared with other sends, a piece
+    of a split batch that holds none of them does not fail this call.
     """
 
-    __slots__ = ("_batches", "count")
+    __slots__ = ("_batches", "_spans", "count")
 
-    def __init__(self, batches: Sequence[ProducerBatch], count: int) -> None:
+    def __init__(self, batches: Sequence[ProducerBatch], count: int,
+                 firsts: Sequence[int] | None = None) -> None:
         self._batches = tuple(dict.fromkeys(batches))  # each batch once, in order
+        # Per batch, the call's records in it: from the first one the call wrote there
+        # to the batch's end now (the call has written all of its records).
+        lo: dict[ProducerBatch, int] = {}
+        if firsts is not None:
+            for batch, first in zip(batches, firsts, strict=True):
+                lo[batch] = min(first, lo.get(batch, first))
+        self._spans = tuple((b, lo.get(b, 0), b.record_count) for b in self._batches)
         self.count = count
         """Records appended by the call."""
 
@@ -39,8 +48,8 @@ class SendManyResult:
             waiter = batch.waiter()  # private: a cancelled awaiter cancels only it
             if waiter is not None:
                 yield from waiter
-        for batch in self._batches:
-            failure = batch.first_failure()
+        for batch, lo, hi in self._spans:
+            failure = batch.first_failure(lo, hi)
             if failure is not None:
                 error, tb = failure
                 # The traceback it had when the batch failed: raised for many awaiters,
@@ -52,10 +61,14 @@ class SendManyResult:
         return all(b.result.done() for b in self._batches)
 
     def failures(self) -> list[tuple[str, int, BaseException]]:
-        """``(topic, partition, error)`` of each error of the batches holding these
-        records so far (see ``ProducerBatch.failures``: per-record errors, and the
-        batches a split batch's records moved to, included)."""
-        return [f for b in self._batches for f in b.failures()]
+        """``(topic, partition, error)`` of each error of the call's records so far
+        (see ``ProducerBatch.failures``: per-record errors, and the pieces a split batch's
+        records moved to, included)."""
+        return [f for b, lo, hi in self._spans for f in b.failures(lo, hi)]
+
+    def failed_count(self) -> int:
+        """How many of the call's records have failed so far."""
+        return sum(b.failed_count(lo, hi) for b, lo, hi in self._spans)
 
     def __repr__(self) -> str:
         return f"<SendManyResult {self.count} records in {len(self._batches)} batches>"

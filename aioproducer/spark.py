@@ -59,7 +59,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
     from pyspark.sql.types import StructType
 
-    from ._native import ProducerBatch
 
 __all__ = ["PublishError", "PublishReport", "SchemaError", "publish", "publish_async"]
 
@@ -290,18 +289,6 @@ def _prepare_chunk(batch: pa.RecordBatch, topic: str | None) -> _Chunk:
     return _Chunk(n, nbytes, values, keys, runs)
 
 
-def _failed_leaves(batch: ProducerBatch) -> Iterator[ProducerBatch]:
-    """The failed batches that hold ``batch``'s records: itself, or the pieces it was
-    split into (a batch the broker found too large). A failed batch fails every
-    record in it (with per-record errors, the others get BatchRejectedError)."""
-    children = batch.children
-    if children and batch.error is None:
-        for child in children:
-            yield from _failed_leaves(child)
-    elif batch.error is not None:
-        yield batch
-
-
 class _Tally:
     """Counts of one publish, and the results still awaited."""
 
@@ -312,7 +299,6 @@ class _Tally:
         self.first_error: BaseException | None = None
         self.errors: list[str] = []
         self._pending: deque[SendManyResult | RecordFuture] = deque()
-        self._failed_batches: set[ProducerBatch] = set()
 
     def add(self, result: SendManyResult | RecordFuture) -> None:
         self._pending.append(result)
@@ -332,31 +318,25 @@ class _Tally:
             self._account(self._pending.popleft())
 
     def _account(self, result: SendManyResult | RecordFuture) -> None:
+        # Only this publish's own records count (a batch shared with other sends, or
+        # split into pieces of which some failed, fails only the records it failed).
         if isinstance(result, RecordFuture):
-            batches: Sequence[ProducerBatch] = (result.batch,)
-        else:
-            if not result.failures():
+            error = None if result.cancelled() else result.exception()
+            if error is None:
                 return
-            # SendManyResult keeps its batches privately; a failed batch fails every
-            # record in it, so its record count is what failed.
-            batches = getattr(result, "_batches", ())
-        for batch in (leaf for b in batches for leaf in _failed_leaves(b)):
-            if batch in self._failed_batches:
-                continue
-            first = batch.first_failure()
-            if first is None:
-                continue
-            error = first[0]
-            self._failed_batches.add(batch)
-            self.failures += batch.record_count
-            if self.first_error is None:
-                self.first_error = error
-            message = f"{type(error).__name__}: {error}"
-            if len(self.errors) < _MAX_ERRORS and message not in self.errors:
-                self.errors.append(message)
-        # On a producer shared with other senders, a failed batch may hold their
-        # records too: never count more failures than records sent.
-        self.failures = min(self.failures, self.records)
+            failed = 1
+        else:
+            failures = result.failures()
+            if not failures:
+                return
+            failed = result.failed_count()
+            error = failures[0][2]
+        self.failures += failed
+        if self.first_error is None:
+            self.first_error = error
+        message = f"{type(error).__name__}: {error}"
+        if len(self.errors) < _MAX_ERRORS and message not in self.errors:
+            self.errors.append(message)
 
 
 async def _send_chunk(producer: Producer, chunk: _Chunk, tally: _Tally) -> None:

@@ -15,7 +15,7 @@ cdef class ProducerBatch(CoreBatch):
 cdef class RecordFuture:
     cdef readonly ProducerBatch batch  # the batch holding the record
     cdef int64_t timestamp             # CreateTime of the record
-    cdef int32_t index                 # the record's offset delta in the batch
+    cdef readonly int32_t index        # the record's offset delta in the batch
     cdef int32_t key_size              # serialized key bytes, -1 for null
     cdef int32_t value_size            # serialized value bytes, -1 for null
     # All of these are None / 0 for a new future (the append path sets none of them),

@@ -51,6 +51,9 @@ class RecordFuture:
     """
 
     _asyncio_future_blocking: bool
+    @property
+    def index(self) -> int:
+        """The record's index in its batch (its offset delta)."""
     def __init__(self, batch: ProducerBatch, index: int, timestamp: int, key_size: int,
                  value_size: int) -> None: ...
     @property

@@ -50,8 +50,11 @@ cdef class CoreBatch:
     cdef object error_for(self, int32_t index)
     # The traceback err had when this batch recorded it.
     cdef object tb_of(self, object err)
-    # This batch's distinct errors, in record order, appended to out.
-    cdef int collect_failures(self, list out, set seen, bint with_tb) except -1
+    # This batch's distinct errors of records lo..hi-1, in record order, appended to out.
+    cdef int collect_failures(self, list out, set seen, bint with_tb,
+                              int32_t lo, int32_t hi) except -1
+    # How many of records lo..hi-1 failed (so far).
+    cdef Py_ssize_t count_failed(self, int32_t lo, int32_t hi) except -1
     cdef int add_failure(self, list out, set seen, bint with_tb, object err) except -1
 
 

@@ -105,15 +105,20 @@ class CoreBatch:
         It is done when ``self.result`` is: complete ``self`` only when
         :meth:`child_done` says so.
         """
-    def failures(self) -> list[tuple[str, int, BaseException]]:
+    def failures(self, lo: int = 0, hi: int = -1) -> list[tuple[str, int, BaseException]]:
         """``(topic, partition, error)`` of each distinct error of this batch's records
-        so far, in record order: its record errors, then its error if some record has
-        none; for a split batch, those of its done children (recursively), and its
-        own error for records of children not done if it was completed on its own.
-        An error object shared by several records is listed once."""
-    def first_failure(self) -> tuple[BaseException, TracebackType | None] | None:
+        ``lo..hi-1`` (``hi`` -1: to the last) so far, in record order: its record
+        errors, then its error if some record has none; for a split batch, those of
+        its done children holding those records (recursively), and its own error for
+        records of children not done if it was completed on its own. An error object
+        shared by several records is listed once."""
+    def first_failure(self, lo: int = 0, hi: int = -1
+                      ) -> tuple[BaseException, TracebackType | None] | None:
         """The first error of :meth:`failures` and the traceback it had when the batch
         recorded it (raise ``error.with_traceback(tb)``), or None."""
+    def failed_count(self, lo: int = 0, hi: int = -1) -> int:
+        """How many of the records ``lo..hi-1`` have failed so far (a failed batch
+        fails all its records; a split one counts through its children)."""
     @property
     def record_count(self) -> int: ...
     @property
@@ -159,9 +164,11 @@ class CoreAppender:
                     touched: list[ProducerBatch],
                     headers: list[Any] | ArrowHeadersSpec | None = None,
                     timestamps: list[Any] | ArrowInt64Spec | None = None,
-                    count: int = -1) -> int:
+                    count: int = -1, firsts: list[int] | None = None) -> int:
         """Append records ``start..`` while they fit in open batches; the index of the
         first record left for the Python path (``count`` when all were appended).
+        Each batch written into is added once to ``touched``, and the index in it of
+        the first record written there to ``firsts``.
 
         Columns are lists, or Arrow buffer specs (addresses the caller keeps alive:
         ``aioproducer._bulk``); ``count`` is needed when ``values`` is a spec. With

@@ -262,15 +262,24 @@ cdef class CoreBatch:
 
     # -- failures --------------------------------------------------------------------
 
-    cdef int collect_failures(self, list out, set seen, bint with_tb) except -1:
-        # Appends this batch's distinct errors, in record order, to ``out``:
-        # (topic, partition, error), or (error, traceback) with ``with_tb``.
+    cdef int collect_failures(self, list out, set seen, bint with_tb,
+                              int32_t lo, int32_t hi) except -1:
+        # Appends the distinct errors of this batch's records lo..hi-1, in record
+        # order, to ``out``: (topic, partition, error), or (error, traceback) with
+        # ``with_tb``. A split batch answers through the children holding those records.
         cdef CoreBatch child
+        cdef int32_t off, cnt
         if self.children is not None:
             for c in self.children:
                 child = <CoreBatch>c
+                off = child.parent_offset
+                cnt = child.builder.count
+                if off + cnt <= lo or off >= hi:
+                    continue  # none of the records asked about
                 if child.result.done():
-                    child.collect_failures(out, seen, with_tb)
+                    child.collect_failures(out, seen, with_tb,
+                                           <int32_t>max(lo - off, <int32_t>0),
+                                           <int32_t>min(hi - off, cnt))
                 elif self.result.done() and self.error_ is not None:
                     # completed on its own (aborted): its error is this child's records'
                     self.add_failure(out, seen, with_tb, self.error_)
@@ -279,11 +288,35 @@ cdef class CoreBatch:
             return 0
         if self.record_errors_:
             for index in sorted(self.record_errors_):
-                self.add_failure(out, seen, with_tb, self.record_errors_[index])
+                if lo <= index < hi:
+                    self.add_failure(out, seen, with_tb, self.record_errors_[index])
             if self.error_ is not None and len(self.record_errors_) < self.builder.count:
                 self.add_failure(out, seen, with_tb, self.error_)
         elif self.error_ is not None:
             self.add_failure(out, seen, with_tb, self.error_)
+        return 0
+
+    cdef Py_ssize_t count_failed(self, int32_t lo, int32_t hi) except -1:
+        # A failed batch fails all its records (the ones without a KIP-467 error of
+        # their own get BatchRejectedError); a split one counts through its children.
+        cdef CoreBatch child
+        cdef int32_t off, cnt
+        cdef Py_ssize_t n = 0
+        if self.children is not None:
+            for c in self.children:
+                child = <CoreBatch>c
+                off = child.parent_offset
+                cnt = child.builder.count
+                if off + cnt <= lo or off >= hi:
+                    continue
+                if child.result.done():
+                    n += child.count_failed(<int32_t>max(lo - off, <int32_t>0),
+                                            <int32_t>min(hi - off, cnt))
+                elif self.result.done() and self.error_ is not None:
+                    n += min(hi, off + cnt) - max(lo, off)
+            return n
+        if self.result.done() and self.error_ is not None:
+            return min(hi, self.builder.count) - max(lo, 0)
         return 0
 
     cdef int add_failure(self, list out, set seen, bint with_tb, object err) except -1:
@@ -296,22 +329,28 @@ cdef class CoreBatch:
             out.append((self.topic, self.partition, err))
         return 0
 
-    def failures(self):
+    def failures(self, int32_t lo=0, int32_t hi=-1):
         """``(topic, partition, error)`` of each distinct error of this batch's records
         so far, in record order: its record errors and its error, or, for a split
         batch, those of its done children (recursively); an error shared by several
-        records is listed once. Empty while nothing failed."""
+        records is listed once. Empty while nothing failed. ``lo``, ``hi``: only the
+        records ``lo..hi-1`` (``hi`` -1: to the last)."""
         cdef list out = []
-        self.collect_failures(out, set(), False)
+        self.collect_failures(out, set(), False, lo, self.builder.count if hi < 0 else hi)
         return out
 
-    def first_failure(self):
+    def first_failure(self, int32_t lo=0, int32_t hi=-1):
         """``(error, traceback)`` of the first of :meth:`failures`, with the traceback
         the error had when the batch recorded it (raise ``error.with_traceback(tb)``);
         None when nothing failed."""
         cdef list out = []
-        self.collect_failures(out, set(), True)
+        self.collect_failures(out, set(), True, lo, self.builder.count if hi < 0 else hi)
         return out[0] if out else None
+
+    def failed_count(self, int32_t lo=0, int32_t hi=-1):
+        """How many of the records ``lo..hi-1`` (``hi`` -1: to the last) have failed so
+        far (a split batch: in the children holding them)."""
+        return self.count_failed(lo, self.builder.count if hi < 0 else hi)
 
     @property
     def record_count(self):
@@ -658,7 +697,8 @@ cdef class CoreAppender:
 
     def append_many(self, str topic, object values, object keys, Py_ssize_t start,
                     object partition, object timestamp_ms, list touched,
-                    object headers=None, object timestamps=None, Py_ssize_t count=-1):
+                    object headers=None, object timestamps=None, Py_ssize_t count=-1,
+                    list firsts=None):
         """Append records ``start..`` while they fit in open batches.
 
         ``values`` and ``keys`` are lists (bytes or None items) or Arrow binary column
@@ -672,7 +712,8 @@ cdef class CoreAppender:
 
         Returns the index of the first record left for the Python path (``count`` when
         all were appended): anything it must check or decide (a type, a size near a
-        limit, a new batch). Every batch written into is added once to ``touched``.
+        limit, a new batch). Every batch written into is added once to ``touched``,
+        and the index in it of the first record written there to ``firsts``.
         Needs no loop: the caller awaits the batches.
         """
         cdef int vmode = col_mode(values), kmode = col_mode(keys)
@@ -834,6 +875,8 @@ cdef class CoreAppender:
                     route.sticky_bytes += batch.builder.pos - before  # KIP-794
                 if <object>PyList_GET_ITEM(last, p) is not batch:
                     touched.append(batch)
+                    if firsts is not None:
+                        firsts.append(index)
                     last[p] = batch
             return n
         finally:

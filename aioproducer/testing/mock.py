@@ -176,6 +176,10 @@ class MockSendManyResult:
                 out.append((fut.topic, fut.partition, err))
         return out
 
+    def failed_count(self) -> int:
+        """How many of the call's records have failed so far."""
+        return sum(1 for f in self.futures if f.done() and f._error is not None)
+
     def __repr__(self) -> str:
         pending = sum(not f.done() for f in self.futures)
         return f"<MockSendManyResult {self.count} records, {pending} pending>"

@@ -247,6 +247,40 @@ async def test_message_too_large_batch_is_split(kafka_bootstrap: str,
     assert_exactly_once_in_order(consumed, list(range(n)), "zstd topic")
 
 
+@pytest.mark.parametrize("codec", ["none", "lz4"])
+async def test_oversized_record_among_small_ones_fails_alone(kafka_bootstrap: str,
+                                                             topic_factory: Any,
+                                                             codec: str) -> None:
+    """One record over the topic's max.message.bytes (2,000) but under
+    max.request.size, followed by tiny ones, in a lingering batch shared by two
+    send_many() calls and ten send()s. Proves: the refused batch is split until the big
+    record is alone (its piece, sized for it, used to take the tiny record after it in
+    the slack of its size bound, so that piece was the refused batch again and was
+    split into itself for ever: a Produce loop, then a C stack overflow); only that
+    record fails, with MESSAGE_TOO_LARGE; a call whose own records all landed
+    succeeds although its batch was split; everything else is in the log once, in
+    order. (Values are the send index in ASCII: a few bytes, small enough to fit that
+    slack.)"""
+    topic = topic_factory(partitions=1, config={"max.message.bytes": "2000"})
+    big = random.Random(11).randbytes(5000)  # incompressible
+    async with Producer(bootstrap_servers=kafka_bootstrap, linger_ms=200,
+                        compression_type=codec) as producer:
+        first = await producer.send_many(topic, [b"%d" % i for i in range(10)])
+        second = await producer.send_many(
+            topic, [big if i == 13 else b"%d" % i for i in range(10, 20)])
+        singles = [await producer.send(topic, b"%d" % i) for i in range(20, 30)]
+        results = await asyncio.wait_for(
+            asyncio.gather(first, second, *singles, return_exceptions=True), 30)
+    assert results[0] == 10
+    assert isinstance(results[1], KafkaError) and "MESSAGE_TOO_LARGE" in str(results[1])
+    assert first.failures() == [] and len(second.failures()) == 1
+    assert (first.failed_count(), second.failed_count()) == (0, 1)
+    assert all(isinstance(r, RecordMetadata) for r in results[2:]), results[2:]
+    expected = [i for i in range(30) if i != 13]
+    consumed = consume_all(kafka_bootstrap, topic, len(expected), timeout=30)
+    assert [int(m.value or b"-1") for m in consumed] == expected
+
+
 # -- 3 -------------------------------------------------------------------------------
 
 

@@ -144,3 +144,35 @@ def test_split_of_a_batch_within_batch_size_makes_progress() -> None:
         assert depth <= 7
     finally:
         loop.close()
+
+
+@pytest.mark.parametrize("codec", ["none", "lz4"])
+@pytest.mark.parametrize("big_first", [True, False])
+def test_split_puts_an_oversized_record_alone(codec: str, big_first: bool) -> None:
+    """A refused batch of one record larger than half the batch and a small one: the
+    big record's piece is sized for it, and the slack of its size bound must not take
+    the small record too (that piece would be the refused batch again, split for ever:
+    a Produce request loop and, through the nested children, a C stack overflow)."""
+    loop = asyncio.new_event_loop()
+    try:
+        acc = RecordAccumulator(batch_size=16384, buffer_memory=1 << 20, linger_ms=0,
+                                retry_backoff_ms=10, retry_backoff_max_ms=100,
+                                delivery_timeout_ms=60_000, codec=codec_id(codec),
+                                compressor=make_compressor(codec, -1) if codec != "none"
+                                else None)
+        tp = ("t", 0)
+        block = acc.pool.try_allocate(16384)
+        assert block is not None
+        batch = ProducerBatch(tp, block, loop.create_future(), 0.0)
+        if codec != "none":
+            batch.builder.set_compression(codec_id(codec), make_compressor(codec, -1))
+        acc.incomplete.add(batch)
+        big = random.Random(7).randbytes(5000)  # incompressible
+        records = [(1, None, big, None), (2, None, b"v14", None)]
+        for r in (records if big_first else records[::-1]):
+            assert batch.builder.append(*r) >= 0
+        batch.builder.close()
+        pieces = acc.split(batch, loop)
+        assert [p.record_count for p in pieces] == [1, 1]
+    finally:
+        loop.close()
