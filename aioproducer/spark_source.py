@@ -48,7 +48,9 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Iterator, Mapping
+import re
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -61,6 +63,7 @@ from pyspark.sql.datasource import (
 
 from .errors import ConfigError, KafkaError
 from .producer import Producer
+from .record import RecordFuture, SendManyResult
 from .spark import (
     PublishError,
     SchemaError,
@@ -68,7 +71,7 @@ from .spark import (
     _Chunk,
     _prepare_chunk,
     _producer_options,
-    _pump,
+    _retrieve,
     _Tally,
     _task_failure,
 )
@@ -78,8 +81,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
-__all__ = ["AioproducerDataSource", "CommitLogError", "PublishError", "SchemaError",
-           "TaskReport", "TransactionLostError", "TxnMessage", "register"]
+__all__ = ["AioproducerDataSource", "CommitLogError", "PublishError", "RecordPublishError",
+           "SchemaError", "TaskReport", "TransactionLostError", "TxnMessage", "register"]
 
 log = logging.getLogger("aioproducer.spark_source")
 
@@ -98,6 +101,30 @@ class TransactionLostError(PublishError):
     """A micro-batch's transaction could not be committed: the coordinator aborted it
     (it stayed open longer than ``kafka.transaction.timeout.ms``) or a newer producer
     took its transactional id. Its rows are not in Kafka."""
+
+
+class RecordPublishError(PublishError):
+    """A task's record failed: the message names the Spark partition and attempt, the
+    row (or the rows of the one producer call that held it) within the task, the
+    topic, the Kafka partition when known, and the producer's typed error, which is
+    also ``__cause__`` (in the Python worker; Spark passes the message to the driver).
+    """
+
+    def __init__(self, message: str, *, spark_partition: int, first_row: int,
+                 last_row: int, topic: str, kafka_partition: int | None) -> None:
+        super().__init__(message)
+        self.spark_partition = spark_partition
+        """The task's Spark partition id (-1 outside a Spark task)."""
+        self.first_row = first_row
+        """Index, among the rows the task was given (from 0), of the failed record, or
+        of the first row of the ``send_many()`` call whose batch failed after it was
+        sent (a batch holds many rows; which of the call's rows it held is not known)."""
+        self.last_row = last_row
+        """``first_row`` for a single record, else the call's last row."""
+        self.topic = topic
+        self.kafka_partition = kafka_partition
+        """The partition of the failed batch (None for a record refused before it was
+        given one)."""
 
 
 class CommitLogError(PublishError):
@@ -225,6 +252,124 @@ def _partition_id() -> int:
     return -1 if ctx is None else ctx.partitionId()
 
 
+_BUFFERED = re.compile(r"send_many: records 0\.\.(\d+) were buffered")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Rows:
+    """The task rows ``first..last`` given to one producer call, and their topic."""
+
+    first: int
+    last: int
+    topic: str
+    partition: int | None
+
+
+class _TaskTally(_Tally):
+    """A task's counts, and where its first failed record is among the task's rows."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._rows: deque[_Rows] = deque()
+        self.failed_rows: _Rows | None = None
+
+    def add_rows(self, result: SendManyResult | RecordFuture, rows: _Rows) -> None:
+        self._rows.append(rows)
+        self.add(result)
+
+    def _account(self, result: SendManyResult | RecordFuture) -> None:
+        # _Tally accounts its results in the order they were added, once each.
+        rows = self._rows.popleft()
+        had_error = self.first_error is not None
+        super()._account(result)
+        if had_error or self.first_error is None:
+            return
+        failures = (result.batch.failures() if isinstance(result, RecordFuture)
+                    else result.failures())
+        partition = failures[0][1] if failures else rows.partition
+        self.failed_rows = dataclasses.replace(rows, partition=partition)
+
+
+def _position(rows: _Rows) -> str:
+    where = (f"row {rows.first}" if rows.first == rows.last else
+             f"rows {rows.first}..{rows.last}")
+    part = "" if rows.partition is None else f", partition {rows.partition}"
+    return f"{where} of the task (topic {rows.topic!r}{part})"
+
+
+def _record_error(exc: BaseException, rows: _Rows, prefix: str = "") -> RecordPublishError:
+    return RecordPublishError(
+        _task_failure(exc, f"{prefix}{_position(rows)}: "), spark_partition=_partition_id(),
+        first_row=rows.first, last_row=rows.last, topic=rows.topic,
+        kafka_partition=rows.partition)
+
+
+def _refused_at(exc: BaseException, first: int, last: int) -> int | None:
+    """The row of a ``send_many()`` call over rows ``first..last`` that it refused:
+    records ``0..i-1`` were buffered (its note says so), record ``i`` raised."""
+    notes = getattr(exc, "__notes__", None) or []
+    for note in notes:
+        found = _BUFFERED.search(note)
+        if found:
+            return first + int(found.group(1)) + 1
+    return first if not notes or first == last else None
+
+
+async def _send_task_chunk(producer: Producer, chunk: _Chunk, tally: _TaskTally) -> None:
+    """One chunk's runs to the producer; a record refused on the spot raises
+    RecordPublishError naming its row."""
+    values, keys = chunk.values, chunk.keys
+    whole = len(chunk.runs) == 1
+    for run in chunk.runs:
+        s, e = run.start, run.end
+        base = tally.records  # the task row of chunk row s
+        if run.headers is None:
+            try:
+                result = await producer.send_many(
+                    run.topic, values if whole else values[s:e],
+                    None if keys is None else (keys if whole else keys[s:e]),
+                    partition=run.partition)
+            except KafkaError as exc:
+                last = base + e - s - 1
+                at = _refused_at(exc, base, last)
+                raise _record_error(exc, _Rows(base if at is None else at,
+                                               last if at is None else at,
+                                               run.topic, run.partition)) from exc
+            tally.records += e - s
+            tally.add_rows(result, _Rows(base, base + e - s - 1, run.topic, run.partition))
+        else:
+            for i, headers in zip(range(s, e), run.headers, strict=True):
+                row = tally.records
+                try:
+                    fut = await producer.send(run.topic, values[i],
+                                              None if keys is None else keys[i],
+                                              partition=run.partition, headers=headers)
+                except KafkaError as exc:
+                    raise _record_error(exc, _Rows(row, row, run.topic,
+                                                   run.partition)) from exc
+                tally.records += 1
+                tally.add_rows(fut, _Rows(row, row, run.topic, run.partition))
+    tally.bytes += chunk.nbytes
+    tally.settle()
+
+
+async def _pump_task(producer: Producer, fetch: Callable[[], _Chunk | None],
+                     executor: ThreadPoolExecutor, tally: _TaskTally) -> None:
+    """Produce what ``fetch`` (run in ``executor``) returns until it returns None; the
+    next chunk is read while the current one is produced."""
+    loop = asyncio.get_running_loop()
+    pending: asyncio.Future[_Chunk | None] = loop.run_in_executor(executor, fetch)
+    try:
+        while True:
+            chunk = await pending
+            if chunk is None:
+                return
+            pending = loop.run_in_executor(executor, fetch)
+            await _send_task_chunk(producer, chunk, tally)
+    finally:
+        pending.add_done_callback(_retrieve)
+
+
 def _run_task(settings: _Settings, batches: Iterator[pa.RecordBatch],
               transactional_id: str | None, fail: bool
               ) -> tuple[_Tally, tuple[int, int] | None]:
@@ -237,7 +382,7 @@ def _run_task(settings: _Settings, batches: Iterator[pa.RecordBatch],
         return None if batch is None else _prepare_chunk(_normalize(batch, topic), topic)
 
     async def run() -> tuple[_Tally, tuple[int, int] | None]:
-        tally = _Tally()
+        tally = _TaskTally()
         options = dict(settings.options)
         handle = None
         if transactional_id is not None:
@@ -246,14 +391,14 @@ def _run_task(settings: _Settings, batches: Iterator[pa.RecordBatch],
             if transactional_id is not None:
                 await producer.init_transactions()  # aborts a failed attempt's rows
                 producer.begin_transaction()
-            await _pump(producer, fetch, executor, tally)
+            await _pump_task(producer, fetch, executor, tally)
             await producer.flush()
             await tally.wait_all()
             if tally.failures:
-                assert tally.first_error is not None
-                raise PublishError(_task_failure(
-                    tally.first_error, f"{tally.failures} of {tally.records} records "
-                                       "failed; first: "))
+                error, rows = tally.first_error, tally.failed_rows
+                assert error is not None and rows is not None
+                raise _record_error(error, rows, f"{tally.failures} of {tally.records} "
+                                                 "records failed; first: ") from error
             if transactional_id is not None:
                 handle = await producer.prepare_transaction()
         if fail:

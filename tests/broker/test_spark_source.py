@@ -11,6 +11,7 @@ import os
 import re
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -240,3 +241,79 @@ async def test_lost_transaction_is_a_typed_error(kafka_bootstrap: str,
         await spark_source._end({"bootstrap_servers": kafka_bootstrap},
                                 [(tid, *handle)], commit=True)
 
+
+
+# -- a failed record's position --------------------------------------------------------------
+
+def _task_batches(n: int, per_batch: int, big: dict[int, int]) -> Iterator[Any]:
+    """``n`` rows ``v<i>`` in Arrow batches of ``per_batch``; row i in ``big`` gets a value
+    of that many bytes."""
+    for start in range(0, n, per_batch):
+        rows = range(start, min(n, start + per_batch))
+        yield pa.RecordBatch.from_pydict(
+            {"value": [b"x" * big[i] if i in big else f"v{i}".encode() for i in rows]})
+
+
+def test_record_refused_at_send_names_its_row(kafka_bootstrap: str,
+                                              topic_factory: TopicFactory) -> None:
+    """A record over max.request.size in row 7 (the second Arrow batch): the task's
+    error names row 7 and the topic, and has the producer's typed error as __cause__."""
+    from aioproducer.errors import RecordTooLargeError
+
+    topic = topic_factory()
+    settings = spark_source._parse(
+        {"kafka.bootstrap.servers": kafka_bootstrap, "topic": topic,
+         "kafka.max.request.size": "2000"},
+        pyspark_sql.types.StructType([pyspark_sql.types.StructField(
+            "value", pyspark_sql.types.BinaryType())]), streaming=False)
+    with pytest.raises(spark_source.RecordPublishError) as info:
+        spark_source._run_task(settings, _task_batches(12, 5, {7: 5000}), None, False)
+    err = info.value
+    assert isinstance(err.__cause__, RecordTooLargeError)
+    assert (err.first_row, err.last_row, err.topic) == (7, 7, topic)
+    assert f"row 7 of the task (topic {topic!r})" in str(err)
+    assert "RecordTooLargeError" in str(err)
+    # rows 0..6 were buffered before the refusal and were sent
+    assert sorted(c.value for c in consume_all(kafka_bootstrap, topic, 7)) == sorted(
+        f"v{i}".encode() for i in range(7))
+
+
+def test_record_rejected_by_broker_names_its_rows(kafka_bootstrap: str,
+                                                  topic_factory: TopicFactory) -> None:
+    """A record under max.request.size but over the topic's max.message.bytes fails after
+    it was sent (the broker refuses it, the batch is split, the piece still fails): the
+    error names the rows of the send that held it, and its partition."""
+    from aioproducer.errors import KafkaError
+
+    topic = topic_factory(config={"max.message.bytes": "2000"})
+    settings = spark_source._parse(
+        {"kafka.bootstrap.servers": kafka_bootstrap, "topic": topic,
+         "kafka.linger.ms": "50"},
+        pyspark_sql.types.StructType([pyspark_sql.types.StructField(
+            "value", pyspark_sql.types.BinaryType())]), streaming=False)
+    with pytest.raises(spark_source.RecordPublishError) as info:
+        spark_source._run_task(settings, _task_batches(20, 10, {13: 5000}), None, False)
+    err = info.value
+    assert isinstance(err.__cause__, KafkaError)
+    assert err.first_row <= 13 <= err.last_row
+    assert (err.first_row, err.last_row) == (10, 19)
+    assert err.topic == topic and err.kafka_partition == 0
+    assert f"rows 10..19 of the task (topic {topic!r}, partition 0)" in str(err)
+
+
+@pytest.mark.slow  # a Spark session
+def test_failed_record_position_reaches_the_driver(spark: Any, kafka_bootstrap: str,
+                                                   topic_factory: TopicFactory) -> None:
+    """Spark partition 1 holds ids 10..19; id 13 (row 3 of that task) is over
+    max.request.size: the job fails with a message naming partition 1 and row 3."""
+    topic = topic_factory()
+    df = spark.range(0, 20, numPartitions=2).selectExpr(
+        "CASE WHEN id = 13 THEN repeat('x', 5000) ELSE cast(id AS string) END AS value")
+    with pytest.raises(Exception, match="RecordPublishError") as info:
+        (df.write.format("aioproducer").option("kafka.bootstrap.servers", kafka_bootstrap)
+         .option("topic", topic).option("kafka.max.request.size", "2000")
+         .mode("append").save())
+    text = str(info.value)
+    assert "Spark task for partition 1" in text
+    assert f"row 3 of the task (topic {topic!r})" in text
+    assert "RecordTooLargeError" in text
