@@ -322,3 +322,14 @@ async def test_lookup_only_and_latest_version(
     assert int.from_bytes(raw[0][1:5], "big") == registered
     assert AvroDeserializer(confluent_sr)(raw[0], _ctx(kafka_topic)) == {
         "name": "b", "age": 2, "email": None, "tags": []}
+
+
+async def test_example_pydantic_registry(
+        kafka_bootstrap: str, kafka_topic: str, schema_registry_url: str,  # noqa: F811
+        confluent_sr: SchemaRegistryClient) -> None:
+    from examples.pydantic_registry import Order, main
+    assert await main(kafka_bootstrap, schema_registry_url, kafka_topic, 3) == [0, 1, 2]
+    des = JSONDeserializer(None, schema_registry_client=confluent_sr)
+    back = [Order.model_validate(des(v, _ctx(kafka_topic)))
+            for v in _read(kafka_bootstrap, kafka_topic, 3)]
+    assert back == [Order(id=i, item=f"item-{i}") for i in range(3)]
