@@ -3,7 +3,10 @@
 #
 #   bench/callgrind_native.sh [RECORDS] [extra native_micro.py options...]
 #
-# Runs native_micro.py twice under `valgrind --tool=callgrind`, with RECORDS (default
+# SCRIPT=bench/appender_micro.py measures the native path of Producer.send() instead
+# (Appender.append: partition choice, murmur2, append, RecordFuture).
+#
+# Runs native_micro.py (or $SCRIPT) twice under `valgrind --tool=callgrind`, with RECORDS (default
 # 100000) and 2 x RECORDS records, one timed pass each and no warm-up, and prints
 # (instructions(2N) - instructions(N)) / N: the interpreter's start-up and imports cancel
 # out. Deterministic, unlike ns/record. The callgrind output files are kept in a temp
@@ -13,6 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-.venv/bin/python}"
 [ -x "$PYTHON" ] || PYTHON=python3
+SCRIPT="${SCRIPT:-bench/native_micro.py}"
 RECORDS="${1:-100000}"
 shift || true
 if ! [[ "$RECORDS" =~ ^[0-9]+$ ]] || [ "$RECORDS" -le 0 ]; then
@@ -27,9 +31,9 @@ collected() {  # $1 = records; prints the total instruction count (Ir)
     local n="$1"
     shift
     if ! timeout 600 valgrind --tool=callgrind --callgrind-out-file="$OUT/callgrind.$n.out" \
-            "$PYTHON" bench/native_micro.py --records "$n" --repeat 1 --no-warmup "$@" \
+            "$PYTHON" "$SCRIPT" --records "$n" --repeat 1 --no-warmup "$@" \
             >"$OUT/stdout.$n" 2>"$OUT/valgrind.$n.log"; then
-        echo "native_micro.py failed under callgrind; see $OUT/valgrind.$n.log:" >&2
+        echo "$SCRIPT failed under callgrind; see $OUT/valgrind.$n.log:" >&2
         grep -v '^==' "$OUT/valgrind.$n.log" | tail -5 >&2
         exit 1
     fi
