@@ -8,10 +8,13 @@ Turned on by producer options, never by importing this module::
 **Tracing**: every ``send()`` gets a span of kind PRODUCER named ``send {topic}``, with
 the messaging semantic conventions (``messaging.system=kafka``,
 ``messaging.operation.name``/``type=send``, ``messaging.destination.name``, the
-partition and ``messaging.kafka.offset`` once acknowledged, ``messaging.kafka.message.key``,
+partition and ``messaging.kafka.offset`` once acknowledged, ``messaging.kafka.message.key``
+(when it has a string form), ``messaging.kafka.message.tombstone`` for a None value,
 ``messaging.client.id``, ``server.address``/``port`` of the partition's leader,
-``error.type`` on failure). The caller's current span is the parent. The span ends when
-the record is acknowledged or fails. Its context is injected into the record's headers
+``error.type`` on failure: the Kafka error code's name for a broker's answer, else the
+exception's class name). The caller's current span is the parent. The span ends when
+the record is acknowledged or fails (a span that is not recorded, sampled out, ends at
+once). Its context is injected into the record's headers
 with the propagator (default: the global one, W3C ``traceparent``); a header the caller
 set is never replaced. ``send_many()`` gets one span for the call, with
 ``messaging.batch.message_count``. A traced producer takes the Python path for every
@@ -36,7 +39,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from .errors import ConfigError
+from .errors import BrokerResponseError, ConfigError
 
 if TYPE_CHECKING:
     from .metadata import Metadata
@@ -200,15 +203,26 @@ def register_metrics(producer: Producer, meter_provider: Any) -> None:
         description="Number of messages the producer sent to the broker (first attempts)")
 
 
-def _key_attribute(key: Any) -> str:
+def _key_attribute(key: Any) -> str | None:
+    """The key's string form, or None where it has no unambiguous one (bytes that are
+    not UTF-8): the conventions say to leave the attribute out then."""
     if isinstance(key, str):
         return key
     if isinstance(key, (bytes, bytearray, memoryview)):
-        return bytes(key).decode("utf-8", "replace")
+        try:
+            return bytes(key).decode("utf-8")
+        except UnicodeDecodeError:
+            return None
     return str(key)
 
 
 def _error_type(exc: BaseException) -> str:
+    """``error.type``: the Kafka error code's name for an error a broker answered
+    (``MESSAGE_TOO_LARGE``, ``NOT_ENOUGH_REPLICAS``, as the conventions' examples), the
+    exception's class name otherwise (``DeliveryTimeoutError``, ``RecordTooLargeError``)."""
+    code = getattr(exc, "code", None)
+    if code is not None and isinstance(exc, BrokerResponseError):
+        return str(code.name).upper()
     return type(exc).__qualname__
 
 
@@ -260,16 +274,22 @@ class Tracing:
         return None if node is None else cluster.nodes.get(node)
 
     def _end(self, span: Any, started: float, topic: str, exc: BaseException | None,
-             batch: bool = False) -> None:
+             where: dict[str, Any] | None = None) -> None:
+        """End ``span``; record the duration with ``where`` (partition id, server
+        address and port, when known)."""
+        error = None if exc is None else _error_type(exc)
         if exc is not None:
-            span.set_attribute("error.type", _error_type(exc))
+            span.set_attribute("error.type", error)
             span.record_exception(exc)
             span.set_status(self._error_status(f"{type(exc).__name__}: {exc}"))
         if self._duration is not None:
             attrs = {"messaging.system": _SYSTEM, "messaging.operation.name": "send",
+                     "messaging.operation.type": "send",
                      "messaging.destination.name": topic}
-            if exc is not None:
-                attrs["error.type"] = _error_type(exc)
+            if where:
+                attrs.update(where)
+            if error is not None:
+                attrs["error.type"] = error
             self._duration.record(time.perf_counter() - started, attrs)
         span.end()
 
@@ -293,10 +313,17 @@ class Tracing:
         started = time.perf_counter()
         attrs: dict[str, Any] = {}
         if key is not None:
-            attrs["messaging.kafka.message.key"] = _key_attribute(key)
+            text = _key_attribute(key)
+            if text is not None:
+                attrs["messaging.kafka.message.key"] = text
+        if value is None:
+            attrs["messaging.kafka.message.tombstone"] = True
+        name = topic if isinstance(topic, str) else str(topic)
         if type(partition) is int and partition >= 0:
             attrs["messaging.destination.partition.id"] = str(partition)
-        name = topic if isinstance(topic, str) else str(topic)
+            leader = self._leader(name, partition)  # at creation, for samplers
+            if leader is not None:
+                attrs["server.address"], attrs["server.port"] = leader
         span = self._start(name, attrs)
         try:
             fut = await send(topic, value, key, partition, timestamp_ms,
@@ -304,6 +331,11 @@ class Tracing:
         except BaseException as exc:
             self._end(span, started, name, exc)
             raise
+        if self._duration is None and not span.is_recording():
+            # Sampled out (or a no-op tracer): nothing to record at the ack. The context
+            # went into the headers all the same, with its sampled flag.
+            span.end()
+            return fut
         fut.add_done_callback(partial(self._acknowledged, span, started, name))
         return fut
 
@@ -314,21 +346,24 @@ class Tracing:
             span.end()
             return
         exc = fut.exception()
-        attrs: dict[str, Any] = {}
+        where: dict[str, Any] = {}
+        offset = -1
         if exc is None:
             meta = fut.result()
-            partition = meta.partition
-            if meta.offset >= 0:
-                attrs["messaging.kafka.offset"] = meta.offset
+            partition, offset = meta.partition, meta.offset
         else:
             partition = fut.partition
         if partition >= 0:
-            attrs["messaging.destination.partition.id"] = str(partition)
+            where["messaging.destination.partition.id"] = str(partition)
             leader = self._leader(topic, partition)
             if leader is not None:
-                attrs["server.address"], attrs["server.port"] = leader
-        span.set_attributes(attrs)  # one call: the SDK locks the span for each
-        self._end(span, started, topic, exc)
+                where["server.address"], where["server.port"] = leader
+        if span.is_recording():
+            attrs = dict(where)
+            if offset >= 0:
+                attrs["messaging.kafka.offset"] = offset
+            span.set_attributes(attrs)  # one call: the SDK locks the span for each
+        self._end(span, started, topic, exc, where)
 
     def _many_headers(self, span: Any, count: int | None,
                       headers: Sequence[Sequence[Header] | None] | None) -> Any:

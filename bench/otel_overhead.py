@@ -8,6 +8,9 @@ Modes (each a fresh producer and topic, ``send()`` of N records then ``flush()``
 * ``meter``: ``meter_provider`` only (the SDK's, with an in-memory reader);
 * ``on-noop``: ``tracer_provider`` = the API's NoOpTracerProvider (the Python path and
   the header injection, spans that record nothing);
+* ``on-ratio``: the SDK's TracerProvider sampling 1 trace in 100 (``TraceIdRatioBased``),
+  no meter provider: what a sampled-out ``send()`` costs (the context still goes into
+  the headers, the span is not recorded);
 * ``on-sdk``: the SDK's TracerProvider with a BatchSpanProcessor and an exporter that
   drops the spans, plus the meter provider (the duration histogram is recorded).
 
@@ -40,7 +43,8 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-MODES = ("off", "headers", "meter", "on-noop", "on-sdk")
+MODES = ("off", "headers", "meter", "on-noop", "on-ratio", "on-sdk")
+BASELINE = "631334c~1"  # the commit before OpenTelemetry came in
 
 
 def _providers(mode: str) -> dict[str, Any]:
@@ -56,6 +60,9 @@ def _providers(mode: str) -> dict[str, Any]:
         from opentelemetry.trace import NoOpTracerProvider
         return {"tracer_provider": NoOpTracerProvider()}
     from opentelemetry.sdk.trace import TracerProvider
+    if mode == "on-ratio":
+        from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
+        return {"tracer_provider": TracerProvider(sampler=TraceIdRatioBased(0.01))}
     from opentelemetry.sdk.trace.export import (
         BatchSpanProcessor,
         SpanExporter,
@@ -71,19 +78,55 @@ def _providers(mode: str) -> dict[str, Any]:
     return {"tracer_provider": tracers, "meter_provider": meters}
 
 
-def _fast_path_digest() -> str:
-    """sha1 of Producer.send's instructions up to its first return (the native call)."""
+def _digest(code: Any) -> str:
+    """sha1 of a function's instructions up to its first return (the native call)."""
     import dis
     import hashlib
 
-    from aioproducer import Producer
-
     out = []
-    for ins in dis.get_instructions(Producer.send):
+    for ins in dis.get_instructions(code):
         out.append((ins.opname, ins.argrepr))
         if ins.opname == "RETURN_VALUE":
             break
     return hashlib.sha1(repr(out).encode()).hexdigest()[:12]
+
+
+def _fast_path_digest() -> str:
+    """The digest of the imported ``Producer.send``."""
+    from aioproducer import Producer
+    return _digest(Producer.send)
+
+
+def _digest_at(rev: str) -> str | None:
+    """The digest of ``Producer.send`` as committed at ``rev`` (compiled from the
+    source, not imported: that code's native core need not be built)."""
+    import subprocess
+    import types
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    try:
+        src = subprocess.run(["git", "show", f"{rev}:aioproducer/producer.py"], cwd=root,
+                             capture_output=True, text=True, check=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    module = compile(src, "producer.py", "exec")
+    for const in module.co_consts:
+        if isinstance(const, types.CodeType) and const.co_name == "Producer":
+            for inner in const.co_consts:
+                if isinstance(inner, types.CodeType) and inner.co_name == "send":
+                    return _digest(inner)
+    return None
+
+
+def _git(*args: str) -> str:
+    import subprocess
+    from pathlib import Path
+    try:
+        return subprocess.run(["git", *args], cwd=Path(__file__).resolve().parents[1],
+                              capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "?"
 
 
 def _cpu() -> float:
@@ -110,18 +153,18 @@ async def _run(bootstrap: str, mode: str, records: int, value: bytes) -> dict[st
             if event == "call":
                 calls[0] += 1
 
+        hdrs = [("h", b"1")] if mode == "headers" else None
         sys.setprofile(profile)
         try:
             for _ in range(1000):
-                await p.send(topic, value)
+                await p.send(topic, value, headers=hdrs)
         finally:
             sys.setprofile(None)
         await p.flush()
         hot = bool(getattr(p, "_hot", None))
         send = p.send
         cpu0, t0 = _cpu(), time.perf_counter()
-        if mode == "headers":
-            hdrs = [("h", b"1")]
+        if hdrs is not None:
             for _ in range(records):
                 await send(topic, value, headers=hdrs)
         else:
@@ -145,6 +188,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--code", help="import aioproducer from this directory")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--json", action="store_true", help="one JSON line per run")
+    ap.add_argument("--baseline", default=BASELINE,
+                    help="git revision whose Producer.send to compare the fast path with "
+                         f"(default {BASELINE}: main before aioproducer.otel)")
+    ap.add_argument("--markdown", action="store_true",
+                    help="also print the table as Markdown (docs/observability.md)")
     args = ap.parse_args(argv)
     if args.code:
         sys.path.insert(0, args.code)
@@ -154,7 +202,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     value = rng.randbytes(args.value_size)
     import aioproducer
     print(f"aioproducer from {aioproducer.__file__}", file=sys.stderr)
-    print(f"send() fast path bytecode digest {_fast_path_digest()}", file=sys.stderr)
+    digest, before = _fast_path_digest(), _digest_at(args.baseline)
+    print(f"send() fast path bytecode digest {digest}; at {args.baseline}: {before} "
+          f"({'same' if digest == before else 'DIFFERENT'})", file=sys.stderr)
+    commit = _git("rev-parse", "--short", "HEAD")
+    if _git("status", "--porcelain", "--", "aioproducer", "bench/otel_overhead.py"):
+        commit += " (with uncommitted changes)"
+    started = time.strftime("%Y-%m-%d %H:%M %Z")
 
     broker = None
     bootstrap = args.bootstrap
@@ -173,12 +227,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if broker is not None:
             broker.stop()
-    print(f"{'mode':8} {'records/s':>11} {'CPU us/record':>14} {'py calls/send':>14} hot")
+    rows = []
     for mode, runs in results.items():
-        rate = statistics.median(r["records_per_s"] for r in runs)
-        cpu = statistics.median(r["cpu_us_per_record"] for r in runs)
-        print(f"{mode:8} {rate:11,.0f} {cpu:14.2f} {runs[0]['python_calls_per_send']:14.1f} "
-              f"{runs[0]['hot']}")
+        rates = [r["records_per_s"] for r in runs]
+        cpus = [r["cpu_us_per_record"] for r in runs]
+        rows.append((mode, statistics.median(rates), statistics.median(cpus), min(cpus),
+                     max(cpus), runs[0]["python_calls_per_send"], runs[0]["hot"]))
+    print(f"{started}, commit {commit}, {args.reps} reps of {args.records:,} records of "
+          f"{args.value_size} B, seed {seed}")
+    print(f"{'mode':8} {'records/s':>11} {'CPU us/record':>14} {'(min-max)':>13} "
+          f"{'py calls/send':>14} hot")
+    for mode, rate, cpu, lo, hi, calls, hot in rows:
+        print(f"{mode:8} {rate:11,.0f} {cpu:14.2f} {f'{lo:.2f}-{hi:.2f}':>13} {calls:14.1f} "
+              f"{hot}")
+    if args.markdown:
+        print()
+        print("| mode | records/s | CPU µs/record (min-max) | Python calls per send() |")
+        print("| --- | ---: | ---: | ---: |")
+        for mode, rate, cpu, lo, hi, calls, _hot in rows:
+            print(f"| `{mode}` | {rate:,.0f} | {cpu:.2f} ({lo:.2f}-{hi:.2f}) | {calls:.1f} |")
     return 0
 
 

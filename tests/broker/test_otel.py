@@ -124,14 +124,72 @@ async def test_failures_end_the_span_with_error_type(kafka_bootstrap: str,
         fut = await producer.send(small, b"y" * 10_000)
         with pytest.raises(MessageTooLargeError):
             await fut
+    # A broker's answer is named by its Kafka error code (as the conventions' examples,
+    # KAFKA_STORAGE_ERROR...), an error of ours by its class.
     by_error = {s.attributes["error.type"]: s for s in _sends(exporter, small)}
-    assert set(by_error) == {"RecordTooLargeError", "MessageTooLargeError"}
+    assert set(by_error) == {"RecordTooLargeError", "MESSAGE_TOO_LARGE"}
     for span in by_error.values():
         assert span.status.status_code is StatusCode.ERROR
         assert "messaging.kafka.offset" not in span.attributes
         assert [e.name for e in span.events] == ["exception"]
-    assert by_error["MessageTooLargeError"].attributes[
+    assert by_error["MESSAGE_TOO_LARGE"].attributes[
         "messaging.destination.partition.id"] == "0"
+    assert by_error["MESSAGE_TOO_LARGE"].events[0].attributes[
+        "exception.type"].endswith("MessageTooLargeError")
+
+
+async def test_tombstones_and_keys_without_a_string_form(
+        kafka_bootstrap: str, topic_factory: Any, spans: Any) -> None:
+    provider, exporter = spans
+    topic = topic_factory(partitions=2)
+    async with Producer(bootstrap_servers=kafka_bootstrap, tracer_provider=provider,
+                        propagator=W3C) as producer:
+        tomb = await producer.send_and_wait(topic, None, key=b"gone")
+        binary = await producer.send_and_wait(topic, b"v", key=b"\xff\xfe")
+        plain = await producer.send_and_wait(topic, b"v", key="k\u00e9".encode())
+        explicit = await producer.send_and_wait(topic, b"v", partition=1)
+    by_offset = {(s.attributes["messaging.destination.partition.id"],
+                  s.attributes["messaging.kafka.offset"]): s.attributes
+                 for s in _sends(exporter, topic)}
+
+    def attrs(meta: Any) -> Any:
+        return by_offset[(str(meta.partition), meta.offset)]
+    assert attrs(tomb)["messaging.kafka.message.tombstone"] is True
+    assert attrs(tomb)["messaging.kafka.message.key"] == "gone"
+    # Not UTF-8: no unambiguous string form, so no attribute (the conventions' rule).
+    assert "messaging.kafka.message.key" not in attrs(binary)
+    assert attrs(plain)["messaging.kafka.message.key"] == "k\u00e9"
+    for meta in (binary, plain, explicit):
+        assert "messaging.kafka.message.tombstone" not in attrs(meta)
+    records = {(r.partition, r.offset): r for r in consume_all(kafka_bootstrap, topic, 4)}
+    assert records[(tomb.partition, tomb.offset)].value is None  # a tombstone indeed
+    [tomb_span] = [s for s in _sends(exporter, topic)
+                   if s.attributes.get("messaging.kafka.message.tombstone")]
+    assert _context_of(records[(tomb.partition, tomb.offset)]).span_id == \
+        tomb_span.context.span_id
+
+
+async def test_a_sampled_out_send_still_propagates_its_context(
+        kafka_bootstrap: str, topic_factory: Any) -> None:
+    """With a sampler that drops every span, nothing is exported, yet each record carries
+    the context with the sampled flag off (a consumer must not start a new trace)."""
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(sampler=ALWAYS_OFF)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    topic = topic_factory()
+    async with Producer(bootstrap_servers=kafka_bootstrap, tracer_provider=provider,
+                        propagator=W3C) as producer:
+        with provider.get_tracer("test").start_as_current_span("handler") as parent:
+            futs = [await producer.send(topic, b"v%d" % i) for i in range(5)]
+            await asyncio.gather(*futs)
+    assert exporter.get_finished_spans() == ()
+    records = consume_all(kafka_bootstrap, topic, 5)
+    assert len(records) == 5
+    for rec in records:
+        ctx = _context_of(rec)
+        assert ctx.trace_id == parent.get_span_context().trace_id
+        assert ctx.is_valid and not ctx.trace_flags.sampled
 
 
 async def test_send_many_makes_one_span_for_the_call(kafka_bootstrap: str,
@@ -242,8 +300,19 @@ async def test_metrics_equal_the_producers_own_counters(kafka_bootstrap: str,
     assert sum(by("kafka.producer.request_total", "node-id").values()) == m["request-total"]
     # Counted per topic, not also per producer (no double count when summed).
     assert all("topic" in p.attributes for p in points["kafka.producer.record_send_total"])
-    # send -> ack durations, one per record, with tracing on.
-    durations = {p.attributes["messaging.destination.name"]: p
-                 for p in points["messaging.client.operation.duration"]}
-    assert durations[a].count == 300 and durations[b].count == 120
-    assert 0 < durations[a].sum < 300 * 30
+    # send -> ack durations, one per record, with tracing on; one series per partition.
+    host, port = kafka_bootstrap.rsplit(":", 1)
+    durations: dict[str, list[Any]] = {}
+    for p in points["messaging.client.operation.duration"]:
+        durations.setdefault(p.attributes["messaging.destination.name"], []).append(p)
+        assert p.attributes["messaging.system"] == "kafka"
+        assert p.attributes["messaging.operation.name"] == "send"
+        assert p.attributes["messaging.operation.type"] == "send"
+        assert p.attributes["server.address"] == host
+        assert p.attributes["server.port"] == int(port)
+        assert "error.type" not in p.attributes
+    assert {p.attributes["messaging.destination.partition.id"]
+            for p in durations[a]} <= {"0", "1"}
+    assert sum(p.count for p in durations[a]) == 300
+    assert sum(p.count for p in durations[b]) == 120
+    assert 0 < sum(p.sum for p in durations[a]) < 300 * 30
