@@ -192,52 +192,99 @@ def _check_schema(schema: StructType, topic: str | None) -> _Layout:
 
 # -- Arrow batches to producer calls ---------------------------------------------------
 
+_LIST_BELOW = 64
+"""Rows per ``send_many`` call below which a chunk's values and keys go as Python lists:
+an Arrow column costs a few microseconds more per call (its buffers are looked up), a
+list one Python object per row (``to_pylist``). Headers always stay Arrow."""
+
+
 @dataclasses.dataclass
 class _Run:
-    """Consecutive rows for one ``send_many`` call, or rows with headers (one ``send``
-    each). ``start:end`` indexes the chunk's value and key lists."""
+    """Consecutive rows of a chunk for one ``send_many`` call: ``start:end`` indexes the
+    chunk's columns."""
 
     topic: str
     partition: int | None
     start: int
     end: int
-    headers: list[list[tuple[str, bytes | None]]] | None = None
 
 
 @dataclasses.dataclass
 class _Chunk:
-    """One Arrow record batch, ready to produce: Python lists for the native bulk path."""
+    """One Arrow record batch, ready to produce.
+
+    ``values`` and ``keys`` are Arrow binary columns, or Python lists when the runs are
+    short (see ``_LIST_BELOW``); ``headers`` the Arrow ``list<struct<key, value>>``
+    column, or None when no row has a header. ``send_many`` reads Arrow columns'
+    buffers in its native loop: no Python object per row.
+    """
 
     rows: int
     nbytes: int
-    values: list[bytes | None]
-    keys: list[bytes | None] | None
+    values: Any
+    keys: Any
+    headers: Any
     runs: list[_Run]
+
+    def columns(self, run: _Run) -> tuple[Any, Any, Any]:
+        """(values, keys, headers) of ``run``: zero-copy slices of Arrow columns."""
+        if len(self.runs) == 1:
+            return self.values, self.keys, self.headers
+        s, e = run.start, run.end
+        return (self.values[s:e], None if self.keys is None else self.keys[s:e],
+                None if self.headers is None else self.headers[s:e])
+
+
+def _binary_length(col: Any) -> int:
+    import pyarrow.compute as pc
+
+    return int(pc.sum(pc.binary_length(col)).as_py() or 0)
+
+
+def _as_binary(col: Any) -> Any:
+    """A string column as binary (the same buffers: UTF-8 bytes)."""
+    import pyarrow as pa
+
+    if pa.types.is_string(col.type):
+        return col.view(pa.binary())
+    if pa.types.is_large_string(col.type):
+        return col.view(pa.large_binary())
+    return col
 
 
 def _prepare_chunk(batch: pa.RecordBatch, topic: str | None) -> _Chunk:
     """Turn one record batch (the selected sink columns) into producer calls.
 
     Rows go to ``send_many`` in runs that share a topic and an explicit partition (or
-    none), in their order; rows with headers take ``send()``. Runs keep the order of
-    the rows, so the records of each partition keep it too.
+    none), in their order, with their headers; runs keep the order of the rows, so the
+    records of each partition keep it too.
     """
     import numpy as np
     import pyarrow.compute as pc
 
     n = batch.num_rows
     names = batch.schema.names
-    value_col = batch.column(names.index("value"))
-    values: list[bytes | None] = value_col.to_pylist()
-    nbytes = int(pc.sum(pc.binary_length(value_col)).as_py() or 0)
-    keys: list[bytes | None] | None = None
+    values: Any = _as_binary(batch.column(names.index("value")))
+    nbytes = _binary_length(values)
+    keys: Any = None
     if "key" in names:
         key_col = batch.column(names.index("key"))
         if key_col.null_count < n:
-            keys = key_col.to_pylist()
-            nbytes += int(pc.sum(pc.binary_length(key_col)).as_py() or 0)
+            keys = _as_binary(key_col)
+            nbytes += _binary_length(keys)
+    headers: Any = None
+    if "headers" in names:
+        head_col = batch.column(names.index("headers"))
+        if head_col.null_count < n and (pc.max(pc.list_value_length(head_col)).as_py()
+                                        or 0) > 0:
+            headers = head_col
+            structs = head_col.flatten()  # the headers of the batch's rows, all of them
+            st = structs.type
+            for i, child in enumerate(structs.flatten()):  # key and value
+                if st.field(i).name in ("key", "value"):
+                    nbytes += _binary_length(child)
     if n == 0:
-        return _Chunk(0, 0, values, keys, [])
+        return _Chunk(0, 0, values, keys, headers, [])
 
     topic_col = batch.column(names.index("topic")) if topic is None else None
     if topic_col is not None and topic_col.null_count:
@@ -246,20 +293,11 @@ def _prepare_chunk(batch: pa.RecordBatch, topic: str | None) -> _Chunk:
     part_col = batch.column(names.index("partition")) if "partition" in names else None
     if part_col is not None and part_col.null_count == n:
         part_col = None
-    head_col = batch.column(names.index("headers")) if "headers" in names else None
-    with_headers = None
-    if head_col is not None:
-        lengths = pc.fill_null(pc.list_value_length(head_col), 0)
-        with_headers = np.asarray(pc.greater(lengths, 0).to_numpy(zero_copy_only=False))
-        if not with_headers.any():
-            with_headers = None
-
-    if topic_col is None and part_col is None and with_headers is None:
+    if topic_col is None and part_col is None:
         assert topic is not None
-        return _Chunk(n, nbytes, values, keys, [_Run(topic, None, 0, n)])
+        return _Chunk(n, nbytes, values, keys, headers, [_Run(topic, None, 0, n)])
 
-    # A run starts where the topic or the partition changes, and at every row with
-    # headers and the row after it.
+    # A run starts where the topic or the partition changes.
     starts = np.zeros(n, dtype=bool)
     starts[0] = True
     if topic_col is not None:
@@ -269,24 +307,17 @@ def _prepare_chunk(batch: pa.RecordBatch, topic: str | None) -> _Chunk:
     if part_col is not None:
         parts = np.asarray(pc.fill_null(part_col, -1).to_numpy(zero_copy_only=False))
         starts[1:] |= parts[1:] != parts[:-1]
-    if with_headers is not None:
-        starts |= with_headers
-        starts[1:] |= with_headers[:-1]
     bounds = [*np.flatnonzero(starts).tolist(), n]
     runs: list[_Run] = []
     for start, end in itertools.pairwise(bounds):
-        run_topic = topic_col[start].as_py() if topic_col is not None else topic
+        run_topic = topic if topic_col is None else topic_col[start].as_py()
         assert run_topic is not None
         part = None if parts is None or parts[start] < 0 else int(parts[start])
-        headers = None
-        if with_headers is not None and with_headers[start]:
-            assert head_col is not None
-            headers = [[(h["key"], h["value"]) for h in row]
-                       for row in head_col.slice(start, end - start).to_pylist()]
-            nbytes += sum(len(k.encode()) + len(v or b"")
-                          for row in headers for k, v in row if isinstance(k, str))
-        runs.append(_Run(run_topic, part, start, end, headers))
-    return _Chunk(n, nbytes, values, keys, runs)
+        runs.append(_Run(run_topic, part, start, end))
+    if len(runs) * _LIST_BELOW > n:
+        values = values.to_pylist()
+        keys = None if keys is None else keys.to_pylist()
+    return _Chunk(n, nbytes, values, keys, headers, runs)
 
 
 class _Tally:
@@ -340,24 +371,12 @@ class _Tally:
 
 
 async def _send_chunk(producer: Producer, chunk: _Chunk, tally: _Tally) -> None:
-    values, keys = chunk.values, chunk.keys
-    whole = len(chunk.runs) == 1
     for run in chunk.runs:
-        s, e = run.start, run.end
-        if run.headers is None:
-            result = await producer.send_many(
-                run.topic, values if whole else values[s:e],
-                None if keys is None else (keys if whole else keys[s:e]),
-                partition=run.partition)
-            tally.records += e - s
-            tally.add(result)
-        else:
-            for i, headers in zip(range(s, e), run.headers, strict=True):
-                fut = await producer.send(run.topic, values[i],
-                                          None if keys is None else keys[i],
-                                          partition=run.partition, headers=headers)
-                tally.records += 1
-                tally.add(fut)
+        values, keys, headers = chunk.columns(run)
+        result = await producer.send_many(run.topic, values, keys, partition=run.partition,
+                                          headers=headers)
+        tally.records += run.end - run.start
+        tally.add(result)
     tally.bytes += chunk.nbytes
     tally.settle()
 

@@ -227,22 +227,12 @@ def _local_path(location: str) -> str:
 # -- writing a task's rows -----------------------------------------------------------------
 
 def _normalize(batch: pa.RecordBatch, topic: str | None) -> pa.RecordBatch:
-    """Only the sink's columns, strings as UTF-8 binary (as publish()'s select does)."""
-    import pyarrow as pa
-
+    """Only the sink's columns (no copy; string keys and values are read as their UTF-8
+    bytes by ``_prepare_chunk``, as publish()'s select casts them)."""
     names = batch.schema.names
-    arrays, fields = [], []
-    for name in _SINK_COLUMNS:
-        if name not in names or (name == "topic" and topic is not None):
-            continue
-        col = batch.column(names.index(name))
-        if name in ("value", "key") and pa.types.is_string(col.type):
-            col = col.cast(pa.binary())
-        elif name in ("value", "key") and pa.types.is_large_string(col.type):
-            col = col.cast(pa.large_binary())
-        arrays.append(col)
-        fields.append(name)
-    return pa.RecordBatch.from_arrays(arrays, names=fields)
+    keep = [name for name in _SINK_COLUMNS
+            if name in names and not (name == "topic" and topic is not None)]
+    return batch if keep == names else batch.select(keep)
 
 
 def _partition_id() -> int:
@@ -316,39 +306,22 @@ def _refused_at(exc: BaseException, first: int, last: int) -> int | None:
 
 
 async def _send_task_chunk(producer: Producer, chunk: _Chunk, tally: _TaskTally) -> None:
-    """One chunk's runs to the producer; a record refused on the spot raises
-    RecordPublishError naming its row."""
-    values, keys = chunk.values, chunk.keys
-    whole = len(chunk.runs) == 1
+    """One chunk's runs to the producer, one ``send_many`` call each (headers
+    included); a record refused on the spot raises RecordPublishError naming its row."""
     for run in chunk.runs:
-        s, e = run.start, run.end
-        base = tally.records  # the task row of chunk row s
-        if run.headers is None:
-            try:
-                result = await producer.send_many(
-                    run.topic, values if whole else values[s:e],
-                    None if keys is None else (keys if whole else keys[s:e]),
-                    partition=run.partition)
-            except KafkaError as exc:
-                last = base + e - s - 1
-                at = _refused_at(exc, base, last)
-                raise _record_error(exc, _Rows(base if at is None else at,
-                                               last if at is None else at,
-                                               run.topic, run.partition)) from exc
-            tally.records += e - s
-            tally.add_rows(result, _Rows(base, base + e - s - 1, run.topic, run.partition))
-        else:
-            for i, headers in zip(range(s, e), run.headers, strict=True):
-                row = tally.records
-                try:
-                    fut = await producer.send(run.topic, values[i],
-                                              None if keys is None else keys[i],
+        values, keys, headers = chunk.columns(run)
+        base = tally.records  # the task row of the run's first row
+        last = base + run.end - run.start - 1
+        try:
+            result = await producer.send_many(run.topic, values, keys,
                                               partition=run.partition, headers=headers)
-                except KafkaError as exc:
-                    raise _record_error(exc, _Rows(row, row, run.topic,
-                                                   run.partition)) from exc
-                tally.records += 1
-                tally.add_rows(fut, _Rows(row, row, run.topic, run.partition))
+        except KafkaError as exc:
+            at = _refused_at(exc, base, last)
+            raise _record_error(exc, _Rows(base if at is None else at,
+                                           last if at is None else at,
+                                           run.topic, run.partition)) from exc
+        tally.records += run.end - run.start
+        tally.add_rows(result, _Rows(base, last, run.topic, run.partition))
     tally.bytes += chunk.nbytes
     tally.settle()
 

@@ -130,7 +130,7 @@ async def test_schema_error_from_the_driver_path(spark: Any) -> None:
 
 # -- Arrow batches to producer calls (no Spark) ----------------------------------------
 
-def test_runs_follow_topic_partition_and_headers() -> None:
+def test_runs_follow_topic_and_partition_headers_stay_arrow() -> None:
     headers_type = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
     batch = pa.RecordBatch.from_pydict({
         "value": pa.array([b"a", b"b", None, b"d", b"e", b"f"], pa.binary()),
@@ -142,20 +142,35 @@ def test_runs_follow_topic_partition_and_headers() -> None:
     })
     chunk = _prepare_chunk(batch, None)
     assert chunk.rows == 6
+    # runs of 2 rows on average: values and keys as lists, headers as the Arrow column
     assert chunk.values == [b"a", b"b", None, b"d", b"e", b"f"]
     assert chunk.keys == [None, b"k", b"k", None, None, None]
-    assert [(r.topic, r.partition, r.start, r.end, r.headers) for r in chunk.runs] == [
-        ("t1", None, 0, 2, None),
-        ("t1", 1, 2, 3, None),
-        ("t2", 1, 3, 4, None),
-        ("t2", 1, 4, 5, [[("x", b"y")]]),
-        ("t2", 1, 5, 6, None),
-    ]
+    assert [(r.topic, r.partition, r.start, r.end) for r in chunk.runs] == [
+        ("t1", None, 0, 2), ("t1", 1, 2, 3), ("t2", 1, 3, 6)]
+    values, keys, headers = chunk.columns(chunk.runs[2])
+    assert (values, keys) == ([b"d", b"e", b"f"], [None, None, None])
+    assert headers.to_pylist() == [None, [{"key": "x", "value": b"y"}], None]
     assert chunk.nbytes == 5 + 2 + 2  # values, keys, one header
-    # topic= overrides the column; no key column (or all null keys): keys is None
+    # topic= overrides the column; no key column (or all null keys): keys is None;
+    # no header in any row: headers is None; one run: the Arrow columns as they are
     only = _prepare_chunk(batch.select(["value", "topic"]), "over")
     assert [(r.topic, r.start, r.end) for r in only.runs] == [("over", 0, 6)]
-    assert only.keys is None
+    assert only.keys is None and only.headers is None
+    assert isinstance(only.values, pa.Array)
+    assert only.columns(only.runs[0])[0] is only.values
+    empty = _prepare_chunk(batch.select(["value", "headers"]).slice(0, 4), "t")
+    assert empty.headers is None and empty.nbytes == 3
+    # strings are read as their UTF-8 bytes; long runs keep Arrow (zero-copy slices)
+    n = 1000
+    long = pa.RecordBatch.from_pydict({
+        "value": pa.array([f"v{i}" for i in range(n)], pa.string()),
+        "partition": pa.array([i // 500 for i in range(n)], pa.int32())})
+    chunk = _prepare_chunk(long, "t")
+    assert [(r.partition, r.start, r.end) for r in chunk.runs] == [(0, 0, 500),
+                                                                   (1, 500, 1000)]
+    second = chunk.columns(chunk.runs[1])[0]
+    assert second.type == pa.binary() and second.offset == 500
+    assert second.to_pylist() == [f"v{i}".encode() for i in range(500, n)]
 
 
 # -- executor side ---------------------------------------------------------------------
