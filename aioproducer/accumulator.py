@@ -417,7 +417,7 @@ class RecordAccumulator:
         budget = self.ratios.records_budget(tp[0], target, BATCH_HEADER_SIZE)
         return min(BATCH_HEADER_SIZE + budget, max(self.max_compressed_batch, target))
 
-    def batch_taken(self, batch: ProducerBatch) -> None:
+    def batch_taken(self, batch: ProducerBatch, now: float | None = None) -> None:
         """Adapt the partition's batch size to its rate (KIP-782's expandable batches).
 
         A batch that filled up before the Sender took it means records arrive faster
@@ -426,9 +426,12 @@ class RecordAccumulator:
         broker the first time; no growth until it is known, or if it cannot be
         known), while at least half of ``buffer_memory`` is free (under
         memory pressure batches stay small, so that many partitions can share it). A
-        batch taken less than half full (``linger_ms`` passed first) halves the target
-        again, down to ``batch_size``. Bigger batches mean fewer Produce requests for
-        the same records, which is where a busy partition's time goes.
+        batch taken less than half full after it waited ``linger_ms`` (``now``:
+        monotonic time of the drain) halves the target again, down to ``batch_size``;
+        one taken earlier, along with a full batch of another partition of the same
+        node (the drain takes every partition's first batch), says nothing about its
+        rate and leaves the target as it is. Bigger batches mean fewer Produce
+        requests for the same records, which is where a busy partition's time goes.
         """
         tp = batch.tp
         target = self.batch_targets.get(tp, self.batch_size)
@@ -438,7 +441,8 @@ class RecordAccumulator:
                 self.learn_growth_cap(tp[0])
             elif target < cap and self.pool.available_memory * 2 >= self.pool.total_memory:
                 self.batch_targets[tp] = min(target * 2, cap)
-        elif target > self.batch_size and batch.builder.size_in_bytes * 2 < target:
+        elif (target > self.batch_size and batch.builder.size_in_bytes * 2 < target
+              and (now is None or now - batch.created >= self.linger)):
             target //= 2
             if target <= self.batch_size:
                 del self.batch_targets[tp]
@@ -769,7 +773,7 @@ class RecordAccumulator:
                 if self.hurried and self.hurried.get(tp) is batch:
                     del self.hurried[tp]
                 if batch.attempts == 0 and self.batch_max_size > self.batch_size:
-                    self.batch_taken(batch)
+                    self.batch_taken(batch, now)
                 batch.full = True  # closed for appends from now on, even if re-enqueued
                 size += batch_bytes
                 ready.append(batch)

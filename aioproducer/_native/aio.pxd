@@ -8,8 +8,13 @@ from libc.stdint cimport int32_t, int64_t
 from .records cimport CoreAppender, CoreBatch
 
 
+cdef class RecordFuture
+
+
 cdef class ProducerBatch(CoreBatch):
     cdef public list waiters           # private futures of awaiting records, or None
+    cdef readonly list hooked          # RecordFutures of it with done-callbacks, or None
+    cdef int hook(self, RecordFuture fut) except -1  # add to hooked
 
 
 cdef class RecordFuture:

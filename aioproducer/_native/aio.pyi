@@ -14,6 +14,9 @@ class ProducerBatch(CoreBatch):
 
     waiters: list[asyncio.Future[None]] | None
     @property
+    def hooked(self) -> list[RecordFuture] | None:
+        """Its record futures that have done-callbacks to run when it completes."""
+    @property
     def parent(self) -> ProducerBatch | None:
         """For a child of a split batch: that batch."""
     def child_done(self) -> bool:
@@ -45,9 +48,10 @@ class RecordFuture:
     RecordMetadata (``asyncio.isfuture()`` is true; ``asyncio.wait``, ``gather``,
     ``as_completed``, ``wait_for``, ``shield``, ``ensure_future`` accept it).
 
-    Done-callbacks are scheduled with ``loop.call_soon(cb, self, context=...)`` once
-    the record is done. ``cancel()`` cancels this handle only: the record is still
-    sent and its batch is unaffected.
+    Done-callbacks run in their context on the batch's loop soon after the record is
+    done, in order (those of a batch's records from one ``call_soon`` per batch).
+    ``cancel()`` cancels this handle only: the record is still sent and its batch is
+    unaffected.
     """
 
     _asyncio_future_blocking: bool

@@ -84,20 +84,60 @@ cdef class ProducerBatch(CoreBatch):
     def wake_waiters(self):
         """Resolve every waiter now (called right after ``result`` is set): the
         awaiting tasks resume one loop iteration sooner than through a done-callback
-        of ``result``."""
+        of ``result``. The done-callbacks of the batch's record futures are scheduled
+        too, all of them in one loop callback (one ``call_soon`` per batch, not two
+        per record future)."""
         cdef list waiters = self.waiters
-        if waiters is None:
+        if waiters is not None:
+            self.waiters = None
+            for w in waiters:
+                if not w.done():
+                    w.set_result(None)
+        cdef list hooked = self.hooked
+        if hooked is None:
             return
-        self.waiters = None
-        for w in waiters:
-            if not w.done():
-                w.set_result(None)
+        self.hooked = None
+        cdef list due = []
+        cdef RecordFuture fut
+        for f in hooked:
+            fut = <RecordFuture>f
+            if fut.callbacks is not None:  # (cancel() scheduled them already)
+                due.append((fut, fut.callbacks))
+                fut.callbacks = None
+        if due:
+            loop = self.result.get_loop()
+            loop.call_soon(run_callbacks, loop, due)
+
+    cdef int hook(self, RecordFuture fut) except -1:
+        # fut has done-callbacks to schedule when this batch completes.
+        if self.hooked is None:
+            self.hooked = [fut]
+        else:
+            self.hooked.append(fut)
+        return 0
+
+
+def run_callbacks(loop, list due):
+    """Run the done-callbacks of a completed batch's record futures, in the order they
+    were added, each in its own context; one that raises is reported to the loop's
+    exception handler (as asyncio does for a callback) and the others still run."""
+    for entry in due:
+        fut = (<tuple>entry)[0]
+        for cb in (<tuple>entry)[1]:
+            try:
+                (<tuple>cb)[1].run((<tuple>cb)[0], fut)
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException as exc:
+                loop.call_exception_handler({
+                    "message": f"Exception in callback {(<tuple>cb)[0]!r}({fut!r})",
+                    "exception": exc, "future": fut})
 
 
 # RecordFuture.flags
 cdef enum:
     CANCELLED = 1   # cancel() ran while it was pending
-    HOOKED = 2      # its _batch_done hook is on the batch's result future
+    HOOKED = 2      # it is in its batch's hooked list
     BLOCKING = 4    # _asyncio_future_blocking
 
 
@@ -133,9 +173,11 @@ cdef class RecordFuture:
       records moved to are) or it is cancelled. ``result()`` gives the RecordMetadata or
       raises the record's error, with the traceback the error had when the batch
       failed (as ``asyncio.Future``); a KIP-467 per-record error wins over the batch's.
-    - Done-callbacks are scheduled with ``loop.call_soon(callback, self,
-      context=context)`` when the record is done (the batch's loop, the context
-      given, or the one current at ``add_done_callback``), and then forgotten.
+    - Done-callbacks run as ``context.run(callback, self)`` on the batch's loop, soon
+      after the record is done, in the order they were added (the context given, or
+      the one current at ``add_done_callback``), and are then forgotten. Those of all
+      the records of a batch run from one loop callback scheduled when the batch
+      completes; one that raises goes to the loop's exception handler, as in asyncio.
     - ``cancel()`` cancels this handle only: ``cancelled()`` is then True,
       ``result()``/``exception()`` raise CancelledError, its callbacks are scheduled
       and tasks awaiting it get CancelledError. The record itself is still sent, and
@@ -220,11 +262,11 @@ cdef class RecordFuture:
         return b.error_for(i)
 
     def add_done_callback(self, callback, *, context=None):
-        """Schedule ``callback(self)`` with ``loop.call_soon(callback, self,
-        context=context)`` once the record is done (at once if it is done).
+        """Run ``callback(self)`` in ``context`` on the batch's loop once the record is
+        done (scheduled with ``loop.call_soon`` at once if it is done already).
         ``context`` defaults to a copy of the current one. The first callback of a
-        pending future hooks it on its batch's result future (once); a record whose
-        future gets no callback costs nothing here."""
+        pending future puts it on its batch's list, run from one loop callback when the
+        batch completes; a record whose future gets no callback costs nothing here."""
         if context is None:
             context = copy_context()
         if self.callbacks is None:
@@ -236,7 +278,7 @@ cdef class RecordFuture:
             (<list>self.callbacks).append((callback, context))
         if not self.flags & HOOKED:
             self.flags |= HOOKED
-            self.batch.result.add_done_callback(self._batch_done)
+            self.batch.hook(self)  # wake_waiters() schedules them
 
     def remove_done_callback(self, callback):
         """Remove every registration of ``callback`` not yet scheduled; returns how
@@ -249,10 +291,6 @@ cdef class RecordFuture:
         if removed:
             self.callbacks = kept if kept else None
         return removed
-
-    def _batch_done(self, _result):
-        # The hook on the batch's result future: schedule the callbacks, forget them.
-        schedule_callbacks(self)
 
     def cancel(self, msg=None):
         """Cancel this handle, not the record (see the class docstring). False if it is

@@ -438,15 +438,16 @@ async def test_remove_done_callback() -> None:
     assert calls == ["b"]
 
 
-async def test_one_hook_on_the_batch_future_and_only_for_callbacks() -> None:
+async def test_one_hook_per_record_future_and_one_loop_callback_per_batch() -> None:
     batch = new_batch(3)
     futs = futures_of(batch)
 
     def hooks() -> int:
-        return len(batch.result._callbacks or ())
+        return len(batch.hooked or ())
 
     await asyncio.wait(futs, timeout=0.01)  # add then remove callbacks
     assert hooks() == 3
+    assert not batch.result._callbacks  # nothing on the batch's asyncio future
     futs[0].add_done_callback(print)
     futs[0].add_done_callback(repr)
     assert futs[0].remove_done_callback(print) == 1
@@ -457,10 +458,20 @@ async def test_one_hook_on_the_batch_future_and_only_for_callbacks() -> None:
     for f in futures_of(other):
         await asyncio.sleep(0)
         assert not f.done()
-    assert not other.result._callbacks  # no callback: no hook
+    assert not other.hooked  # no callback: no hook
+    loop = asyncio.get_running_loop()
+    ran: list[int] = []
+    for i, f in enumerate(futs):
+        f.add_done_callback(lambda _f, i=i: ran.append(i))
+    ready = getattr(loop, "_ready", None)  # asyncio's queue of handles (not uvloop's)
+    scheduled = None if ready is None else len(ready)
     complete(batch, 0)
+    if ready is not None:
+        assert len(ready) == scheduled + 1  # one loop callback for the whole batch
+    assert batch.hooked is None and ran == []
     complete(other, 0)
     await spin()
+    assert sorted(ran) == [0, 1, 2]  # (in the order the futures were hooked)
 
 
 class _Callback:
