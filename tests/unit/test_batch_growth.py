@@ -215,3 +215,27 @@ async def test_fixed_batches_with_batch_max_size_equal_to_batch_size(
     assert len(consume_all(kafka_bootstrap, topic, n)) == n
     if log_dir is not None:
         assert max(b.size for b in dump_batches(log_dir, topic)) <= 16384
+
+
+def test_a_partial_batch_taken_before_its_linger_keeps_the_target() -> None:
+    """The drain takes every partition's first batch for a node once one is ready: a
+    batch swept along early says nothing about its partition's rate, so only one that
+    waited ``linger_ms`` out (5 ms here) halves the target."""
+    acc = accumulator()
+    tp = (TOPIC, 0)
+    assert sizes(acc, tp, 1.0, 3)[-1] == 65536
+    capacity, batch = take(acc, tp, 1.0)  # a 131072 block, full: the target grows
+    release(acc, batch)
+    assert capacity == 131072 and acc.batch_targets[tp] == 262144
+    loop = asyncio.new_event_loop()
+    try:
+        for now_after, expected in ((0.001, 262144), (0.004, 262144), (0.006, 131072)):
+            block = acc.pool.try_allocate(acc.block_size_for(100, tp))
+            assert block is not None
+            batch = acc.new_batch(tp, block, loop)
+            batch.builder.append(1, None, b"x" * 100)
+            acc.batch_taken(batch, batch.created + now_after)
+            release(acc, batch)
+            assert acc.batch_targets[tp] == expected, now_after
+    finally:
+        loop.close()
