@@ -270,6 +270,21 @@ class AsyncSchemaRegistryClient:
         data = await self._request("PUT", path, {"compatibility": level})
         return str(data.get("compatibility", level))
 
+    async def get_compatibility(self, subject: str | None = None) -> str:
+        """The compatibility level of ``subject`` (its own, else the global one), or the
+        global one."""
+        if subject is not None:
+            try:
+                data = await self._request("GET", f"/config/{self._subject_path(subject)}",
+                                           params={"defaultToGlobal": "true"})
+                level = data.get("compatibilityLevel") or data.get("compatibility")
+                if level:
+                    return str(level)
+            except SchemaNotFoundError:
+                pass
+        data = await self._request("GET", "/config")
+        return str(data.get("compatibilityLevel") or data.get("compatibility") or "")
+
     async def get_subjects(self) -> list[str]:
         """Every subject registered."""
         return [str(s) for s in await self._request("GET", "/subjects")]

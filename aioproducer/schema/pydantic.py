@@ -149,6 +149,7 @@ class PydanticSerializer:
                                         to_dict=self._to_avro, **options)
         else:
             raise ValueError(f"format must be 'json' or 'avro', got {format!r}")
+        self.inner.what = f"the {format.upper()} schema of model {model.__qualname__}"
 
     @property
     def schema_str(self) -> str:

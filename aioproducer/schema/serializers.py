@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .client import AsyncSchemaRegistryClient, RegisteredSchema, Schema
-from .errors import SchemaRegistryError, SchemaSerializationError
+from .errors import SchemaIncompatibleError, SchemaRegistryError, SchemaSerializationError
 
 __all__ = ["MAGIC_BYTE", "AvroSerializer", "JSONSchemaSerializer", "ProtobufSerializer",
            "RegistrySerializer", "SubjectNameStrategy", "record_name_strategy",
@@ -110,6 +110,8 @@ class RegistrySerializer:
         self.subject_name_strategy = _strategy(subject_name_strategy)
         self.auto_register_schemas = bool(auto_register_schemas)
         self.use_latest_version = bool(use_latest_version)
+        self.what: str | None = None
+        """What the schema describes, for error messages (PydanticSerializer: the model)."""
         self._state: dict[tuple[str, bool], tuple[bytes, Any]] = {}
 
     # The Producer calls this (producer.py, the slow path of send()).
@@ -160,14 +162,33 @@ class RegistrySerializer:
                     f"not {self.schema_type}")
             schema_id, schema = latest.schema_id, latest.schema
         elif self.auto_register_schemas:
-            schema_id, schema = await self.client.register_schema(subject, self.schema), \
-                self.schema
+            try:
+                schema_id = await self.client.register_schema(subject, self.schema)
+            except SchemaIncompatibleError as exc:
+                raise await self._incompatible(subject, exc) from exc
+            schema = self.schema
         else:
             schema_id = (await self.client.lookup_schema(subject, self.schema)).schema_id
             schema = self.schema
         state = (self._prefix(schema_id), self._writer(schema))
         self._state[(topic, is_key)] = state
         return state
+
+    async def _incompatible(self, subject: str, exc: SchemaIncompatibleError
+                            ) -> SchemaIncompatibleError:
+        """The registry's refusal, said plainly: what, which subject, which rule, why."""
+        what = self.what or (f"the {self.schema_type} schema {self.record_name}"
+                             if self.record_name else f"the {self.schema_type} schema")
+        try:
+            level = await self.client.get_compatibility(subject)
+        except SchemaRegistryError:
+            level = ""
+        rule = f" under its compatibility rule {level}" if level else ""
+        reason = str(exc).split(": ", 2)[-1] if ": " in str(exc) else str(exc)
+        return SchemaIncompatibleError(
+            f"{what} is not compatible with the versions registered under subject "
+            f"{subject!r}{rule}; the registry refused it, nothing was sent. The registry "
+            f"says: {reason}", exc.status, exc.error_code)
 
     def _prefix(self, schema_id: int) -> bytes:
         return _HEADER.pack(MAGIC_BYTE, schema_id)

@@ -20,7 +20,11 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from pydantic import BaseModel, ConfigDict, Field
 from support.kafka_util import consume_all
-from support.registry import schema_registry_url  # noqa: F401  (session fixture)
+from support.registry import (  # noqa: F401  (session fixtures)
+    TLSFiles,
+    schema_registry_url,
+    tls_schema_registry,
+)
 
 from aioproducer import KafkaError, Producer
 from aioproducer.schema import (
@@ -31,6 +35,7 @@ from aioproducer.schema import (
     PydanticSerializer,
     SchemaIncompatibleError,
     SchemaNotFoundError,
+    SchemaRegistryError,
 )
 
 pytestmark = pytest.mark.asyncio
@@ -288,6 +293,14 @@ async def test_incompatible_evolution_is_refused_before_sending(
                 await producer.send(kafka_topic, OrderV2(id=2, amount=5))
             assert isinstance(info.value, KafkaError)
             assert info.value.status == 409
+            # A clear message: the model, the subject, the rule, the registry's reason.
+            message = str(info.value)
+            assert message.startswith(f"the {fmt.upper()} schema of model OrderV2 is not "
+                                      f"compatible with the versions registered under "
+                                      f"subject '{subject}' under its compatibility rule "
+                                      "BACKWARD; the registry refused it, nothing was sent.")
+            assert ("amount" if fmt == "avro" else "REQUIRED_PROPERTIES") in message
+            assert isinstance(info.value.__cause__, SchemaIncompatibleError)
             await producer.flush()
         async with Producer(bootstrap_servers=kafka_bootstrap,
                             value_serializer=serializer(OrderV2Ok)) as producer:
@@ -333,3 +346,40 @@ async def test_example_pydantic_registry(
     back = [Order.model_validate(des(v, _ctx(kafka_topic)))
             for v in _read(kafka_bootstrap, kafka_topic, 3)]
     assert back == [Order(id=i, item=f"item-{i}") for i in range(3)]
+
+
+async def test_tls_against_the_real_registry(
+        kafka_bootstrap: str, kafka_topic: str,
+        tls_schema_registry: tuple[str, TLSFiles]) -> None:  # noqa: F811
+    """Apicurio serving HTTPS only, with a certificate of a test CA: the CA given as a
+    path or in an SSLContext is trusted, the system CAs refuse it (typed error), and
+    confluent-kafka's client reads the records back over the same TLS."""
+    url, tls = tls_schema_registry
+    assert url.startswith("https://127.0.0.1:")
+    async with AsyncSchemaRegistryClient(url) as sr:  # the system CAs: not trusted
+        with pytest.raises(SchemaRegistryError, match="CERTIFICATE_VERIFY_FAILED"):
+            await sr.get_subjects()
+    plain = "http://" + url.removeprefix("https://")
+    async with AsyncSchemaRegistryClient(plain) as sr:  # no plain HTTP on that port
+        with pytest.raises(SchemaRegistryError):
+            await sr.get_subjects()
+    records = [{"name": f"tls-{i}", "age": i, "email": None, "tags": []} for i in range(3)]
+    # The CA as a path, and a client certificate (presented; Apicurio's build cannot
+    # require one, so this shows only that the handshake works with it).
+    async with AsyncSchemaRegistryClient(url, verify=str(tls.ca),
+                                         cert=(str(tls.client_cert), str(tls.client_key))
+                                         ) as sr, \
+            Producer(bootstrap_servers=kafka_bootstrap,
+                     value_serializer=AvroSerializer(sr, USER_AVRO)) as producer:
+        for rec in records:
+            await producer.send(kafka_topic, rec)
+        await producer.flush()
+    async with AsyncSchemaRegistryClient(url, verify=tls.client_context(with_cert=False)
+                                         ) as sr:
+        assert await sr.get_versions(f"{kafka_topic}-value") == [1]
+    async with AsyncSchemaRegistryClient(url, verify=False) as sr:
+        assert f"{kafka_topic}-value" in await sr.get_subjects()
+    with SchemaRegistryClient({"url": url, "ssl.ca.location": str(tls.ca)}) as csr:
+        des = AvroDeserializer(csr)
+        back = [des(v, _ctx(kafka_topic)) for v in _read(kafka_bootstrap, kafka_topic, 3)]
+    assert back == records
