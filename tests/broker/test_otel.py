@@ -5,6 +5,10 @@ is extracted from their headers with the propagator."""
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
+import textwrap
 from typing import Any
 
 import pytest
@@ -316,3 +320,50 @@ async def test_metrics_equal_the_producers_own_counters(kafka_bootstrap: str,
     assert sum(p.count for p in durations[a]) == 300
     assert sum(p.count for p in durations[b]) == 120
     assert 0 < sum(p.sum for p in durations[a]) < 300 * 30
+
+
+_EXTRAS = ("opentelemetry", "httpx", "fastavro", "jsonschema", "google.protobuf", "pydantic")
+
+
+async def test_producing_without_the_extras_installed(kafka_bootstrap: str,
+                                                      topic_factory: Any) -> None:
+    """With the otel and schema extras' packages unimportable (as if not installed), the
+    library imports, produces (send, send_and_wait, send_many, headers) and reads its
+    metrics; none of those packages is even looked for."""
+    topic = topic_factory()
+    code = textwrap.dedent(f"""
+        import asyncio, sys
+        BLOCKED = {_EXTRAS!r}
+        looked_for = []
+
+        class NotInstalled:
+            def find_spec(self, name, path=None, target=None):
+                if any(name == b or name.startswith(b + ".") for b in BLOCKED):
+                    looked_for.append(name)
+                    raise ImportError(f"No module named {{name!r}} (blocked by the test)")
+                return None
+
+        sys.meta_path.insert(0, NotInstalled())
+        from aioproducer import Producer
+        from aioproducer.otel import metric_points
+
+        async def main():
+            async with Producer(bootstrap_servers={kafka_bootstrap!r}, linger_ms=1) as p:
+                assert p._hot and p._tracing is None and p._telemetry is not None
+                await p.send_and_wait({topic!r}, b"one", key=b"k")
+                await (await p.send({topic!r}, b"two", headers=[("h", b"1")]))
+                await (await p.send_many({topic!r}, [b"three", b"four"]))
+                return p.metrics()["record-send-total"], len(metric_points(p))
+
+        sent, points = asyncio.run(main())
+        print(sent, points > 10, looked_for)
+        print(sorted({{m.split(".")[0] for m in sys.modules}} & {{"opentelemetry", "httpx",
+              "fastavro", "jsonschema", "pydantic", "google"}}))
+    """)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    done = await asyncio.to_thread(subprocess.run, [sys.executable, "-c", code],
+                                   capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["4.0 True []", "[]"]
+    records = consume_all(kafka_bootstrap, topic, 4)
+    assert sorted(r.value for r in records) == [b"four", b"one", b"three", b"two"]
