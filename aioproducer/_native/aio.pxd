@@ -29,6 +29,9 @@ cdef class RecordFuture:
     cdef object callbacks              # None, or a list of (callback, context) not yet run
     cdef object awaiting               # pending: the private waiter(s) of tasks awaiting
                                        # it (one, a list, or None); cancelled: cancel(msg)
+    cdef object step(self, int* pending)       # one step of ``await self`` (aio.pyx)
+    cdef int remember_waiter(self, object waiter) except -1
+    cdef object get_result(self)               # result()
 
 
 cdef class Appender(CoreAppender):

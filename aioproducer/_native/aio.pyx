@@ -33,6 +33,47 @@ cdef extern from "Python.h":
     PyThreadState* PyThreadState_Get()
 
 
+# ``await record_future`` without a generator: RecordFuture.__await__ returns the
+# future itself, and its type's am_send slot (set at import, below) steps it. A done
+# future then costs one C call that gives the RecordMetadata (PYGEN_RETURN); a
+# pending one yields the private waiter of its batch to the awaiting task
+# (PYGEN_NEXT) and is stepped again when the task wakes. __next__ does the same for
+# the interpreter's path when a trace function is set (it uses tp_iternext).
+ctypedef object (*step_fn)(object, int*)
+
+cdef extern from *:
+    """
+    #if PY_VERSION_HEX < 0x030A0000
+    #error "aioproducer needs Python 3.10+ (am_send)"
+    #endif
+    static PyObject* (*aiop_rf_step)(PyObject*, int*) = NULL;
+
+    static PySendResult aiop_rf_am_send(PyObject* self, PyObject* arg, PyObject** result) {
+        int pending = 0;
+        PyObject* r = aiop_rf_step(self, &pending);
+        (void)arg;  /* a value sent in is ignored, as asyncio.Future's iterator does */
+        *result = r;
+        if (r == NULL)
+            return PYGEN_ERROR;
+        return pending ? PYGEN_NEXT : PYGEN_RETURN;
+    }
+
+    /* 0, or -1 (an exception set) if the type has no async slots to extend. */
+    static int aiop_install_am_send(PyObject* type, PyObject* (*step)(PyObject*, int*)) {
+        PyTypeObject* t = (PyTypeObject*)type;
+        if (t->tp_as_async == NULL || t->tp_as_async->am_await == NULL) {
+            PyErr_SetString(PyExc_SystemError, "RecordFuture has no am_await slot");
+            return -1;
+        }
+        aiop_rf_step = step;
+        t->tp_as_async->am_send = aiop_rf_am_send;
+        PyType_Modified(t);
+        return 0;
+    }
+    """
+    int aiop_install_am_send(object type, step_fn step) except -1
+
+
 cdef inline bint running_here(object loop) noexcept:
     # Whether ``loop`` is the loop running in this thread. A running asyncio (or
     # uvloop) loop installs its own bound method as this thread's async-generator
@@ -196,26 +237,47 @@ cdef class RecordFuture:
         self.value_size = value_size
 
     def __await__(self):
+        # Its own iterator: the type's am_send (aiop_rf_am_send) steps it.
+        return self
+
+    def __next__(self):
+        # The same step for the interpreter's traced path (tp_iternext).
+        cdef int pending = 0
+        value = rf_step(self, &pending)
+        if pending:
+            return value
+        raise StopIteration(value)
+
+    cdef object step(self, int* pending):
+        # One step of ``await self``: the RecordMetadata (or the record's error raised)
+        # once done; else the batch's new private waiter for the awaiting task to
+        # block on (pending[0] = 1). A task cancelled while blocked gets CancelledError
+        # from its waiter; cancel() cancels the waiters of every task awaiting this.
+        cdef ProducerBatch b = self.batch
         if not self.flags & CANCELLED:
-            waiter = self.batch.waiter()
-            if waiter is not None:
-                # Known to cancel(), which must wake this task too.
-                if self.awaiting is None:
-                    self.awaiting = waiter
-                elif type(self.awaiting) is list:
-                    self.awaiting.append(waiter)
-                else:
-                    self.awaiting = [self.awaiting, waiter]
-                try:
-                    yield from waiter
-                finally:
-                    if self.flags & CANCELLED:
-                        pass  # cancel() took the waiters (awaiting is its message now)
-                    elif self.awaiting is waiter:
-                        self.awaiting = None
-                    elif type(self.awaiting) is list and waiter in <list>self.awaiting:
-                        (<list>self.awaiting).remove(waiter)
-        return self.result()
+            if not b.result.done():
+                waiter = b.waiter()
+                if waiter is not None:
+                    self.remember_waiter(waiter)
+                    waiter._asyncio_future_blocking = True
+                    pending[0] = 1
+                    return waiter
+            self.awaiting = None  # (waiters of done futures: nothing to cancel)
+        return self.get_result()
+
+    cdef int remember_waiter(self, object waiter) except -1:
+        # Known to cancel(), which must wake the awaiting tasks too. Waiters of tasks
+        # cancelled since (done) are dropped here.
+        cdef object awaiting = self.awaiting
+        if awaiting is None or (type(awaiting) is not list and awaiting.done()):
+            self.awaiting = waiter
+        elif type(awaiting) is list:
+            kept = [w for w in <list>awaiting if not w.done()]
+            kept.append(waiter)
+            self.awaiting = kept
+        else:
+            self.awaiting = [awaiting, waiter]
+        return 0
 
     def done(self):
         """True once the record is acknowledged or failed, or this handle cancelled."""
@@ -228,6 +290,9 @@ cdef class RecordFuture:
     def result(self):
         """The RecordMetadata. Raises the record's error (with the traceback it had when
         the batch failed), CancelledError if cancelled, InvalidStateError if not done."""
+        return self.get_result()
+
+    cdef object get_result(self):
         if self.flags & CANCELLED:
             raise self._make_cancelled_error()
         cdef CoreBatch b = self.batch
@@ -353,6 +418,13 @@ cdef class RecordFuture:
             state = "failed" if self.exception() is not None else "done"
         return f"<RecordFuture {self.batch.topic}-{self.batch.partition}#{self.index} {state}>"
 
+
+
+cdef object rf_step(object fut, int* pending):
+    return (<RecordFuture>fut).step(pending)
+
+
+aiop_install_am_send(RecordFuture, rf_step)
 
 
 cdef class Appender(CoreAppender):

@@ -350,6 +350,49 @@ async def test_a_cancelled_awaiting_task_changes_nothing_else() -> None:
     assert batch.waiters is None
 
 
+async def test_await_under_a_trace_function_and_after_a_spurious_wakeup() -> None:
+    """``await fut`` steps the future through its type's am_send; with a trace function
+    set (coverage, debuggers) the interpreter uses __next__ instead: both give the
+    metadata of a done future, block on a pending one, and raise the record's error.
+    A task woken while the batch is still pending (its waiter resolved by someone
+    else) blocks again instead of reading an unfinished result."""
+    batch = new_batch(3)
+    futs = futures_of(batch)
+
+    async def wait_it(f: RecordFuture) -> RecordMetadata:
+        return await f
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        return tracer
+
+    for traced in (False, True):
+        if traced:
+            sys.settrace(tracer)
+        try:
+            task = asyncio.create_task(wait_it(futs[0]))
+            await spin()
+            assert not task.done()
+            if not traced:
+                assert batch.waiters is not None
+                for w in batch.waiters:  # wake it while the batch is pending
+                    w.set_result(None)
+                await spin()
+                assert not task.done()
+                continue
+            batch.record_errors = {2: ValueError("bad")}
+            complete(batch, 10)
+            assert (await task).offset == 10
+            assert (await futs[1]).offset == 11
+            with pytest.raises(ValueError, match="bad"):
+                await futs[2]
+        finally:
+            sys.settrace(None)
+    assert futs[0].__await__() is futs[0]
+    with pytest.raises(StopIteration) as stop:
+        next(futs[1].__await__())
+    assert stop.value.value.offset == 11
+
+
 # -- callbacks ---------------------------------------------------------------------------
 
 
