@@ -9,22 +9,35 @@ Apicurio 2.6 runs on Java 17 (the 3.x line needs Java 21). ``$AIOPRODUCER_SCHEMA
 :func:`make_tls_files` and ``Apicurio(tls=...)`` serve the registry over HTTPS only
 (Quarkus's own TLS) with a certificate of the test CA. (Client certificates cannot be
 required: Apicurio's build fixes ``quarkus.http.ssl.client-auth`` to NONE.)
+
+``Apicurio(auth=TokenIssuer(...))`` turns on the registry's authentication with HTTP
+basic auth: Apicurio 2.6 has no user list of its own, it trades the user and password
+for a token at an OpenID Connect server (the client credentials grant) and checks the
+token's signature against that server's keys. :class:`TokenIssuer` is that server,
+reduced to what Apicurio asks of Keycloak (discovery, keys, the token endpoint); the
+registry's checks are its own.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import json
 import os
 import shutil
 import ssl
 import subprocess
 import tarfile
+import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -123,6 +136,112 @@ def make_tls_files(directory: Path) -> TLSFiles:
                     d / "client.key")
 
 
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+class TokenIssuer:
+    """An OpenID Connect server on 127.0.0.1 for Apicurio's basic auth: discovery, the
+    signing key (JWKS) and a token endpoint that grants client credentials to
+    ``clients`` (``{user: password}``), issuing RS256 tokens. ``grants`` lists the users
+    it issued tokens to, ``refusals`` those it refused."""
+
+    def __init__(self, clients: dict[str, str], realm: str = "aioproducer") -> None:
+        from cryptography.hazmat.primitives.asymmetric import rsa
+
+        self.clients = dict(clients)
+        self.realm = realm
+        self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        self.grants: list[str] = []
+        self.refusals: list[str] = []
+        issuer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _json(self, status: int, body: Any) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                path = self.path.rstrip("/")
+                if path == urllib.parse.urlparse(issuer.issuer).path \
+                        + "/.well-known/openid-configuration":
+                    self._json(200, issuer.discovery())
+                elif path.endswith("/protocol/openid-connect/certs"):
+                    self._json(200, issuer.jwks())
+                else:
+                    self._json(404, {"error": "not_found"})
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                form = urllib.parse.parse_qs(self.rfile.read(length).decode())
+                user = form.get("client_id", [""])[0]
+                password = form.get("client_secret", [""])[0]
+                auth = self.headers.get("Authorization", "")
+                if auth.startswith("Basic "):
+                    user, _, password = base64.b64decode(auth[6:]).decode().partition(":")
+                if not self.path.rstrip("/").endswith("/protocol/openid-connect/token") \
+                        or form.get("grant_type") != ["client_credentials"] \
+                        or issuer.clients.get(user) != password:
+                    issuer.refusals.append(user)
+                    self._json(401, {"error": "unauthorized_client"})
+                    return
+                issuer.grants.append(user)
+                self._json(200, {"access_token": issuer.token(user), "token_type": "Bearer",
+                                 "expires_in": 300})
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True,
+                                        name="oidc-token-issuer")
+
+    @property
+    def base_url(self) -> str:
+        """What Apicurio calls the Keycloak URL."""
+        return f"http://127.0.0.1:{self.server.server_address[1]}/auth"
+
+    @property
+    def issuer(self) -> str:
+        return f"{self.base_url}/realms/{self.realm}"
+
+    def discovery(self) -> dict[str, Any]:
+        i = f"{self.issuer}/protocol/openid-connect"
+        return {"issuer": self.issuer, "jwks_uri": f"{i}/certs", "token_endpoint": f"{i}/token",
+                "authorization_endpoint": f"{i}/auth", "userinfo_endpoint": f"{i}/userinfo",
+                "id_token_signing_alg_values_supported": ["RS256"]}
+
+    def jwks(self) -> dict[str, Any]:
+        pub = self.key.public_key().public_numbers()
+        return {"keys": [{"kty": "RSA", "kid": "test", "use": "sig", "alg": "RS256",
+                          "n": _b64url(pub.n.to_bytes((pub.n.bit_length() + 7) // 8, "big")),
+                          "e": _b64url(pub.e.to_bytes(3, "big"))}]}
+
+    def token(self, user: str) -> str:
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.asymmetric import padding
+
+        now = int(time.time())
+        header = {"alg": "RS256", "typ": "JWT", "kid": "test"}
+        claims = {"iss": self.issuer, "sub": user, "azp": user, "preferred_username": user,
+                  "typ": "Bearer", "iat": now, "exp": now + 300}
+        signing = ".".join(_b64url(json.dumps(part).encode()) for part in (header, claims))
+        signature = self.key.sign(signing.encode(), padding.PKCS1v15(), hashes.SHA256())
+        return f"{signing}.{_b64url(signature)}"
+
+    def start(self) -> TokenIssuer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
 def _get(url: str, timeout: float, context: ssl.SSLContext | None = None) -> int:
     try:
         with urllib.request.urlopen(url, timeout=timeout, context=context) as resp:
@@ -138,10 +257,11 @@ class Apicurio:
     """One Apicurio Registry process on 127.0.0.1 (in-memory storage)."""
 
     def __init__(self, state_dir: Path, port: int | None = None,
-                 tls: TLSFiles | None = None) -> None:
+                 tls: TLSFiles | None = None, auth: TokenIssuer | None = None) -> None:
         self.state_dir = state_dir
         self.port = port or _free_ports(1)[0]
         self.tls = tls
+        self.auth = auth
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = state_dir / "apicurio.log"
 
@@ -173,17 +293,23 @@ class Apicurio:
                "-Djava.awt.headless=true", *self._tls_options(),
                "-Dquarkus.http.host=127.0.0.1", "-Dquarkus.log.level=WARN",
                "-jar", str(runner)]
+        env = None
+        if self.auth is not None:  # Apicurio's variables for its Keycloak set-up
+            env = dict(os.environ, REGISTRY_AUTH_ENABLED="true",
+                       CLIENT_CREDENTIALS_BASIC_AUTH_ENABLED="true",
+                       KEYCLOAK_URL=self.auth.base_url, KEYCLOAK_REALM=self.auth.realm)
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(cmd, cwd=self.state_dir, stdin=subprocess.DEVNULL,
                                          stdout=log, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
+                                         start_new_session=True, env=env)
         deadline = time.monotonic() + timeout
         context = None if self.tls is None else self.tls.client_context()
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"Apicurio Registry exited ({self.proc.returncode}):\n"
                                    f"{self.log_tail()}")
-            if _get(f"{self.url}/subjects", 2.0, context) == 200:
+            # With authentication on, an anonymous request is answered 401 once it runs.
+            if _get(f"{self.url}/subjects", 2.0, context) == (401 if self.auth else 200):
                 return
             time.sleep(0.5)
         self.stop()
@@ -244,3 +370,21 @@ def tls_schema_registry(tmp_path_factory: pytest.TempPathFactory
         yield reg.url, tls
     finally:
         reg.stop()
+
+
+REGISTRY_USERS = {"alice": "s3cret-Pa55"}
+
+
+@pytest.fixture(scope="session")
+def auth_schema_registry(tmp_path_factory: pytest.TempPathFactory
+                         ) -> Iterator[tuple[str, TokenIssuer]]:
+    """A third Apicurio Registry, authentication on, HTTP basic auth for the users of
+    ``REGISTRY_USERS``: its ccompat URL and its token issuer. Started on first use."""
+    issuer = TokenIssuer(REGISTRY_USERS).start()
+    reg = Apicurio(tmp_path_factory.mktemp("apicurio-auth"), auth=issuer)
+    try:
+        reg.start()
+        yield reg.url, issuer
+    finally:
+        reg.stop()
+        issuer.stop()
