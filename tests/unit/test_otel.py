@@ -119,3 +119,25 @@ def test_injected_headers_never_replace_the_callers() -> None:
     out = tracing._headers(span, (("a", None),)) or []
     assert out[0] == ("a", None) and out[1][0] == "traceparent"
     span.end()
+
+
+def test_error_type_and_key_attribute_follow_the_conventions() -> None:
+    from aioproducer.errors import (
+        DeliveryTimeoutError,
+        MessageTooLargeError,
+        NotLeaderOrFollowerError,
+        RecordTooLargeError,
+    )
+    from aioproducer.otel import _error_type, _key_attribute
+    # A broker's answer: the Kafka error code's name (the conventions' examples are
+    # UNKNOWN_TOPIC_OR_PARTITION, KAFKA_STORAGE_ERROR...); ours: the class name.
+    assert _error_type(MessageTooLargeError()) == "MESSAGE_TOO_LARGE"
+    assert _error_type(NotLeaderOrFollowerError()) == "NOT_LEADER_OR_FOLLOWER"
+    assert _error_type(RecordTooLargeError("big")) == "RecordTooLargeError"
+    assert _error_type(DeliveryTimeoutError("late")) == "DeliveryTimeoutError"
+    assert _error_type(ValueError("x")) == "ValueError"
+    assert _key_attribute("k") == "k"
+    assert _key_attribute(b"k\xc3\xa9") == "k\u00e9"
+    assert _key_attribute(memoryview(b"mv")) == "mv"
+    assert _key_attribute(b"\xff\xfe") is None  # no unambiguous string form: left out
+    assert _key_attribute(42) == "42"
