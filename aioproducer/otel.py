@@ -293,7 +293,10 @@ class Tracing:
             self._duration.record(time.perf_counter() - started, attrs)
         span.end()
 
-    def _headers(self, span: Any, headers: Sequence[Header] | None) -> list[Any] | None:
+    def _headers(self, span: Any, headers: Sequence[Header] | None) -> Any:
+        if headers is not None and (isinstance(headers, (str, bytes))
+                                    or not isinstance(headers, (list, tuple))):
+            return headers  # not headers: send() refuses them with its usual error
         carrier: dict[str, str] = {}
         self._inject(carrier, context=self._trace.set_span_in_context(span))
         if not carrier:

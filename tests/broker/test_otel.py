@@ -23,7 +23,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from support.kafka_util import Consumed, consume_all
 
 from aioproducer import Producer
-from aioproducer.errors import MessageTooLargeError, RecordTooLargeError
+from aioproducer.errors import MessageTooLargeError, RecordTooLargeError, SerializationError
 
 pytestmark = pytest.mark.asyncio
 
@@ -140,6 +140,23 @@ async def test_failures_end_the_span_with_error_type(kafka_bootstrap: str,
         "messaging.destination.partition.id"] == "0"
     assert by_error["MESSAGE_TOO_LARGE"].events[0].attributes[
         "exception.type"].endswith("MessageTooLargeError")
+
+
+async def test_bad_headers_get_the_untraced_error(kafka_bootstrap: str, topic_factory: Any,
+                                                  spans: Any) -> None:
+    provider, exporter = spans
+    topic = topic_factory()
+    async with Producer(bootstrap_servers=kafka_bootstrap) as plain, \
+            Producer(bootstrap_servers=kafka_bootstrap, tracer_provider=provider) as traced:
+        for bad in ({"a": b"1"}, "a=1", [("a", b"1"), "b"]):
+            with pytest.raises(SerializationError) as untraced:
+                await plain.send(topic, b"v", headers=bad)  # type: ignore[arg-type]
+            with pytest.raises(SerializationError) as with_tracing:
+                await traced.send(topic, b"v", headers=bad)  # type: ignore[arg-type]
+            assert str(with_tracing.value) == str(untraced.value)
+    failed = _sends(exporter, topic)
+    assert len(failed) == 3
+    assert {s.attributes["error.type"] for s in failed} == {"SerializationError"}
 
 
 async def test_tombstones_and_keys_without_a_string_form(

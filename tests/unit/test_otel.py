@@ -118,6 +118,8 @@ def test_injected_headers_never_replace_the_callers() -> None:
     assert mine == [("a", b"1"), ("TraceParent", b"mine")]  # the caller's list is kept
     out = tracing._headers(span, (("a", None),)) or []
     assert out[0] == ("a", None) and out[1][0] == "traceparent"
+    bad = {"a": b"1"}  # not headers: passed on as they are, for send()'s usual error
+    assert tracing._headers(span, bad) is bad  # type: ignore[arg-type]
     span.end()
 
 
