@@ -17,12 +17,15 @@ Modes (each a fresh producer and topic, ``send()`` of N records then ``flush()``
 Besides the times, it counts the Python function calls made per ``send()`` (with
 ``sys.setprofile``, over 1,000 sends after the warm-up: 1 is the ``send`` coroutine
 itself, the rest the Python path for the records that open a new batch), and prints a
-digest of ``Producer.send``'s bytecode up to the native fast path's ``return``: with
-tracing off both are those of main before aioproducer.otel existed. Run it against
-that code with ``--code DIR`` (a checkout with the compiled core) to compare in the
-same minute (``--modes off``; that code has no OpenTelemetry options)::
+digest of ``Producer.send``'s bytecode up to the native fast path's ``return``, beside
+the digest of the same function at ``--baseline`` (default: the commit before
+aioproducer.otel existed), compiled from git's copy without importing it: equal
+digests say that tracing off runs the code of before. To time that older code too, run
+the bench with ``--code DIR`` (a checkout of it with its core compiled) and
+``--modes off`` (it has no OpenTelemetry options)::
 
-    .venv/bin/python -m bench.otel_overhead --bootstrap 127.0.0.1:9092 --records 200000
+    .venv/bin/python -m bench.otel_overhead --bootstrap 127.0.0.1:9092 --records 200000 \
+        --reps 5 --markdown
     .venv/bin/python -m bench.otel_overhead --code /tmp/main-before --modes off
 
 CPU per record is ``getrusage`` user+system time of this process (the broker runs in
