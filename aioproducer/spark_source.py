@@ -43,12 +43,14 @@ attempt wrote.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hashlib
 import json
 import logging
 import os
 import re
+import uuid
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -165,9 +167,28 @@ class _Settings:
     topic: str | None
     options: dict[str, Any]
     txn_prefix: str | None = None
+    """Set when the writer is exactly once: tasks write in transactions."""
     commit_log: str | None = None
     fail_once: tuple[int, int] | None = None
     crash_after_commit: int | None = None
+
+
+_EXACTLY_ONCE = "exactlyOnce"
+"""Option ``exactlyOnce``: ``true`` or ``false``; default false for the batch writer,
+true for the streaming writer."""
+_COMMIT_CONCURRENCY = 16
+"""Transactions the driver commits (or aborts) at a time, one producer each."""
+
+
+def _flag(opts: Mapping[str, str], name: str, default: bool) -> bool:
+    """A true/false option (``opts`` has lower-case names; ``name`` as documented)."""
+    raw = opts.get(name.lower())
+    if raw is None:
+        return default
+    value = str(raw).strip().lower()
+    if value not in ("true", "false"):
+        raise ConfigError(f"option {name!r} must be 'true' or 'false', got {raw!r}")
+    return value == "true"
 
 
 def _parse(options: Mapping[str, str], schema: StructType, streaming: bool) -> _Settings:
@@ -191,8 +212,18 @@ def _parse(options: Mapping[str, str], schema: StructType, streaming: bool) -> _
                               "sets a transactional id per task")
         config[name] = value
     producer_options = _producer_options(bootstrap, config)
+    exactly_once = _flag(opts, _EXACTLY_ONCE, default=streaming)
+    fail_once = None
+    if opts.get(_FAIL_ONCE):
+        b, p = opts[_FAIL_ONCE].split(":")
+        fail_once = (int(b), int(p))
     if not streaming:
-        return _Settings(topic, producer_options)
+        # One write, one set of transactional ids: a fresh prefix unless one is given.
+        prefix = None
+        if exactly_once:
+            prefix = (opts.get("transactional.id.prefix")
+                      or f"aioproducer-spark-batch-{uuid.uuid4().hex[:16]}")
+        return _Settings(topic, producer_options, prefix, fail_once=fail_once)
     checkpoint = opts.get("checkpointlocation")
     log_dir = opts.get("aioproducer.commitlog")
     if log_dir is None:
@@ -203,13 +234,9 @@ def _parse(options: Mapping[str, str], schema: StructType, streaming: bool) -> _
     log_dir = _local_path(log_dir)
     prefix = opts.get("transactional.id.prefix") or (
         "aioproducer-spark-" + hashlib.sha256(log_dir.encode()).hexdigest()[:16])
-    fail_once = None
-    if opts.get(_FAIL_ONCE):
-        b, p = opts[_FAIL_ONCE].split(":")
-        fail_once = (int(b), int(p))
     crash = opts.get(_CRASH_AFTER_COMMIT)
-    return _Settings(topic, producer_options, prefix, log_dir, fail_once,
-                     None if crash is None else int(crash))
+    return _Settings(topic, producer_options, prefix if exactly_once else None, log_dir,
+                     fail_once, None if crash is None else int(crash))
 
 
 def _local_path(location: str) -> str:
@@ -364,16 +391,25 @@ def _run_task(settings: _Settings, batches: Iterator[pa.RecordBatch],
             if transactional_id is not None:
                 await producer.init_transactions()  # aborts a failed attempt's rows
                 producer.begin_transaction()
-            await _pump_task(producer, fetch, executor, tally)
-            await producer.flush()
-            await tally.wait_all()
-            if tally.failures:
-                error, rows = tally.first_error, tally.failed_rows
-                assert error is not None and rows is not None
-                raise _record_error(error, rows, f"{tally.failures} of {tally.records} "
-                                                 "records failed; first: ") from error
-            if transactional_id is not None:
-                handle = await producer.prepare_transaction()
+            try:
+                await _pump_task(producer, fetch, executor, tally)
+                await producer.flush()
+                await tally.wait_all()
+                if tally.failures:
+                    error, rows = tally.first_error, tally.failed_rows
+                    assert error is not None and rows is not None
+                    raise _record_error(error, rows, f"{tally.failures} of {tally.records}"
+                                                     " records failed; first: ") from error
+                if transactional_id is not None:
+                    handle = await producer.prepare_transaction()
+            except BaseException:
+                if transactional_id is not None:
+                    # Best effort, so that read_committed consumers are not held back
+                    # until the transaction times out (a retry's init_transactions()
+                    # would abort it too).
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(producer.abort_transaction(), 30)
+                raise
         if fail:
             raise PublishError(_task_failure(RuntimeError(
                 "injected failure after writing (option aioproducer.test.failAfterWrite)")))
@@ -389,22 +425,79 @@ def _run_task(settings: _Settings, batches: Iterator[pa.RecordBatch],
         executor.shutdown(wait=True)
 
 
+def _task_attempt() -> tuple[int, int]:
+    """(Spark partition, attempt number) of the running task ((-1, 0) outside one)."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    return (-1, 0) if ctx is None else (ctx.partitionId(), ctx.attemptNumber())
+
+
+def _write_rows(s: _Settings, iterator: Iterator[pa.RecordBatch], batch_id: int
+                ) -> TxnMessage:
+    """A task's rows to Kafka; exactly once (``s.txn_prefix``): in a transaction with
+    the transactional id ``<prefix>-<Spark partition>``, handed over open."""
+    partition, attempt = _task_attempt()
+    first = next(iterator, None)
+    # An empty partition opens no producer, unless it is a retry in a transaction: its
+    # init_transactions() then aborts what the failed attempt left open.
+    if first is None and (s.txn_prefix is None or attempt == 0):
+        return TxnMessage(partition=partition, batch_id=batch_id)
+    fail = (s.fail_once is not None and attempt == 0 and s.fail_once[1] == partition
+            and (s.commit_log is None or s.fail_once[0] == batch_id))
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        if first is not None:
+            yield first
+            yield from iterator
+
+    tid = None if s.txn_prefix is None else f"{s.txn_prefix}-{partition}"
+    tally, handle = _run_task(s, batches(), tid, fail)
+    message = TxnMessage(tally.records, tally.bytes, tally.failures, partition,
+                         batch_id=batch_id)
+    if handle is not None:
+        message.transactional_id = tid
+        message.producer_id, message.epoch = handle
+    return message
+
+
+def _transactions(messages: list[WriterCommitMessage | None]) -> list[tuple[str, int, int]]:
+    return [(m.transactional_id, m.producer_id, m.epoch) for m in messages
+            if isinstance(m, TxnMessage) and m.transactional_id is not None]
+
+
+def _totals(messages: list[WriterCommitMessage | None]) -> dict[str, int]:
+    reports = [m for m in messages if isinstance(m, TaskReport)]
+    return {"records": sum(m.records for m in reports),
+            "bytes": sum(m.bytes for m in reports),
+            "failures": sum(m.failures for m in reports), "tasks": len(reports)}
+
+
 class _BatchWriter(DataSourceArrowWriter):
+    """At-least-once by default; with ``exactlyOnce=true`` every task writes in a
+    transaction that the driver's commit() commits and abort() aborts."""
+
     def __init__(self, settings: _Settings) -> None:
         self.settings = settings
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskReport:
-        tally, _ = _run_task(self.settings, iterator, None, False)
-        return TaskReport(tally.records, tally.bytes, tally.failures, _partition_id())
+        return _write_rows(self.settings, iterator, -1)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        reports = [m for m in messages if isinstance(m, TaskReport)]
-        log.info("format(\"aioproducer\"): %d rows, %d bytes, %d failed, %d tasks",
-                 sum(m.records for m in reports), sum(m.bytes for m in reports),
-                 sum(m.failures for m in reports), len(reports))
+        txns = _transactions(messages)
+        if txns:
+            asyncio.run(_end(self.settings.options, txns, commit=True))
+        log.info("format(\"aioproducer\"): %s", {**_totals(messages),
+                                                 "transactions": len(txns)})
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        pass
+        txns = _transactions(messages)
+        if not txns:
+            return
+        try:
+            asyncio.run(_end(self.settings.options, txns, commit=False))
+        except TransactionLostError as exc:  # aborted anyway, by the coordinator
+            log.warning("format(\"aioproducer\"): abort: %s", exc)
 
 
 # -- the commit log ------------------------------------------------------------------------
@@ -445,9 +538,12 @@ def _read_intent(log_dir: str, batch_id: int) -> list[tuple[str, int, int]] | No
 
 async def _end(options: Mapping[str, Any], txns: list[tuple[str, int, int]],
                commit: bool) -> None:
+    slots = asyncio.Semaphore(_COMMIT_CONCURRENCY)
+
     async def one(txn: tuple[str, int, int]) -> None:
         transactional_id, producer_id, epoch = txn
-        async with Producer({**options, "transactional_id": transactional_id}) as producer:
+        async with slots, Producer({**options, "transactional_id": transactional_id}
+                                   ) as producer:
             await producer.resume_transaction(producer_id, epoch)
             if commit:
                 await producer.commit_transaction()
@@ -477,43 +573,25 @@ class _StreamWriter(DataSourceStreamArrowWriter):
         s = self.settings
         assert s.commit_log is not None
         ctx = TaskContext.get()
-        partition = _partition_id()
         raw = ctx.getLocalProperty(_BATCH_ID) if ctx is not None else None
         if raw is None:
             raise PublishError("aioproducer: no micro-batch id in the task's properties")
         batch_id = int(raw)
-        if os.path.exists(_intent_path(s.commit_log, batch_id)):
+        if s.txn_prefix is not None and os.path.exists(_intent_path(s.commit_log,
+                                                                    batch_id)):
             # A replay of a batch recorded for commit: its transactions are committed
             # from the record, so writing again would duplicate.
-            return TxnMessage(partition=partition, batch_id=batch_id, skipped=True)
-        first = next(iterator, None)
-        if first is None:
-            return TxnMessage(partition=partition, batch_id=batch_id)
-        attempt = ctx.attemptNumber() if ctx is not None else 0
-        fail = s.fail_once == (batch_id, partition) and attempt == 0
-
-        def batches() -> Iterator[pa.RecordBatch]:
-            yield first
-            yield from iterator
-
-        tid = f"{s.txn_prefix}-{partition}"
-        tally, handle = _run_task(s, batches(), tid, fail)
-        message = TxnMessage(tally.records, tally.bytes, tally.failures, partition,
-                             batch_id=batch_id)
-        if handle is not None:
-            message.transactional_id = tid
-            message.producer_id, message.epoch = handle
-        return message
+            return TxnMessage(partition=_partition_id(), batch_id=batch_id, skipped=True)
+        return _write_rows(s, iterator, batch_id)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         s = self.settings
         assert s.commit_log is not None
         if os.path.exists(_done_path(s.commit_log, batchId)):
             return
-        txns = _read_intent(s.commit_log, batchId)
+        txns = _read_intent(s.commit_log, batchId) if s.txn_prefix is not None else []
         if txns is None:
-            txns = [(m.transactional_id, m.producer_id, m.epoch) for m in messages
-                    if isinstance(m, TxnMessage) and m.transactional_id is not None]
+            txns = _transactions(messages)
             _write_atomic(_intent_path(s.commit_log, batchId), json.dumps(
                 {"batch_id": batchId, "transactions": txns}))
         if txns:
@@ -521,11 +599,7 @@ class _StreamWriter(DataSourceStreamArrowWriter):
         if s.crash_after_commit == batchId:
             raise PublishError(f"injected crash after committing batch {batchId} (option "
                                "aioproducer.test.crashAfterCommit)")
-        reports = [m for m in messages if isinstance(m, TaskReport)]
-        summary = {"batch_id": batchId, "transactions": len(txns),
-                   "records": sum(m.records for m in reports),
-                   "bytes": sum(m.bytes for m in reports),
-                   "tasks": len(reports)}
+        summary = {"batch_id": batchId, "transactions": len(txns), **_totals(messages)}
         _write_atomic(_done_path(s.commit_log, batchId), json.dumps(summary))
         log.info("format(\"aioproducer\"): micro-batch committed: %s", summary)
 
@@ -534,8 +608,7 @@ class _StreamWriter(DataSourceStreamArrowWriter):
         assert s.commit_log is not None
         if _read_intent(s.commit_log, batchId) is not None:
             return  # recorded for commit: a restart commits it
-        txns = [(m.transactional_id, m.producer_id, m.epoch) for m in messages
-                if isinstance(m, TxnMessage) and m.transactional_id is not None]
+        txns = _transactions(messages)
         if txns:
             asyncio.run(_end(s.options, txns, commit=False))
 

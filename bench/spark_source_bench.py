@@ -19,8 +19,12 @@ Spark's sink needs ``spark-sql-kafka-0-10`` (fetched by ``bench/spark_jars.py``)
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
+import json
 import os
 import random
+import select
 import signal
 import subprocess
 import sys
@@ -35,55 +39,26 @@ from bench.run import broker
 
 FORMATS = ("aioproducer", "kafka")
 
-_CHILD = '''
-import os, sys, time
-os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-os.environ["PYSPARK_PYTHON"] = sys.executable
-from pyspark.sql import SparkSession
-import aioproducer.spark_source as source
-fmt, bootstrap, topic, checkpoint, batches, jars = sys.argv[1:7]
-builder = (SparkSession.builder.master("local[2, 2]").appName("aioproducer-kill")
-           .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
-           .config("spark.driver.bindAddress", "127.0.0.1"))
-if jars:
-    builder = builder.config("spark.jars", jars)
-spark = builder.getOrCreate()
-spark.sparkContext.setLogLevel("ERROR")
-source.register(spark)
-query = (spark.readStream.format("rate").option("rowsPerSecond", "1000")
-         .option("numPartitions", "2").load()
-         .selectExpr("cast(value AS string) AS value")
-         .writeStream.format(fmt).option("kafka.bootstrap.servers", bootstrap)
-         .option("topic", topic).option("checkpointLocation", checkpoint)
-         .trigger(processingTime="500 milliseconds").start())
-print("started", flush=True)
-done = 0
-while done < int(batches):
-    if query.exception() is not None:
-        raise SystemExit(f"query failed: {query.exception()}")
-    now = sum(1 for p in query.recentProgress if p["numInputRows"] > 0)
-    if now > done:
-        done = now
-        print("batch", flush=True)
-    time.sleep(0.1)
-query.stop()
-spark.stop()
-'''
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.spark_source_bench",
                                 description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--scenario", action="append", choices=("batch", "kill"), default=[])
+    p.add_argument("--scenario", action="append",
+                   choices=("batch", "throughput", "stream", "kill"), default=[])
     p.add_argument("--records", type=int, default=1_000_000, help="batch rows (1,000,000)")
     p.add_argument("--spark-partitions", type=int, default=4)
     p.add_argument("--topic-partitions", type=int, default=8)
+    p.add_argument("--data", action="append", choices=("plain", "mixed"), default=[],
+                   help="throughput data sets (default: both)")
+    p.add_argument("--reps", type=int, default=1, help="throughput rounds (1)")
     p.add_argument("--seed", type=int, default=None, help="kill points (default: random)")
     p.add_argument("--final-batches", type=int, default=3)
     p.add_argument("--bootstrap", default=os.environ.get("AIOPRODUCER_BOOTSTRAP"))
     args = p.parse_args(argv)
     args.scenario = args.scenario or ["batch", "kill"]
+    args.data = args.data or ["plain", "mixed"]
     return args
 
 
@@ -127,13 +102,14 @@ def _read_all(bootstrap: str, topic: str, isolation: str = "read_committed"
         c.close()
 
 
-def _session(jars: list[Path]) -> Any:
+def _session(jars: list[Path], ui: bool = False) -> Any:
     from pyspark.sql import SparkSession
 
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     os.environ["PYSPARK_PYTHON"] = sys.executable
     builder = (SparkSession.builder.master("local[2]").appName("aioproducer-source-bench")
-               .config("spark.ui.enabled", "false")
+               .config("spark.ui.enabled", str(ui).lower())
+               .config("spark.ui.port", "0")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.driver.host", "127.0.0.1")
                .config("spark.driver.bindAddress", "127.0.0.1")
@@ -143,6 +119,92 @@ def _session(jars: list[Path]) -> Any:
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _tree_cpu(root: int) -> tuple[float, float]:
+    """CPU seconds (user + system) of process ``root`` itself (all its threads), and of
+    its descendants: the live ones, and the ended ones (reaped: cutime and cstime of
+    their parent, ``root`` included)."""
+    stats: dict[int, tuple[int, float, float]] = {}  # pid: (ppid, own, reaped)
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # after the command: state, ppid, ... utime (14), stime, cutime, cstime
+        ppid = int(fields[1])
+        own = (int(fields[11]) + int(fields[12])) / _TICK
+        reaped = (int(fields[13]) + int(fields[14])) / _TICK
+        stats[int(entry)] = (ppid, own, reaped)
+    if root not in stats:
+        return 0.0, 0.0
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in stats.items():
+        children.setdefault(ppid, []).append(pid)
+    below = stats[root][2]
+    stack = list(children.get(root, []))
+    while stack:
+        pid = stack.pop()
+        below += stats[pid][1] + stats[pid][2]
+        stack.extend(children.get(pid, []))
+    return stats[root][1], below
+
+
+def _jvm_pid() -> int:
+    """The Spark JVM started by this process (local mode: driver and executor)."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii") as f:
+                head, rest = f.read().rsplit(")", 1)
+        except OSError:
+            continue
+        if int(rest.split()[1]) == os.getpid() and head.endswith("(java"):
+            return int(entry)
+    raise RuntimeError("no Spark JVM among this process's children")
+
+
+class _Meter:
+    """CPU of one Spark write: the JVM (every thread: task threads, Kafka's sender
+    thread, GC, JIT; local mode, so the driver's too) and the Python workers below it,
+    and the task metrics' executorCpuTime (task threads only) from Spark's REST API."""
+
+    def __init__(self, spark: Any) -> None:
+        self.spark = spark
+        self.jvm = _jvm_pid()
+        self.ui = spark.sparkContext.uiWebUrl
+        self.app = spark.sparkContext.applicationId
+
+    def _task_cpu(self) -> float:
+        import json
+        import urllib.request
+
+        if not self.ui:
+            return float("nan")
+        url = f"{self.ui}/api/v1/applications/{self.app}/stages?status=complete"
+        with urllib.request.urlopen(url, timeout=30) as r:
+            stages = json.load(r)
+        return sum(s.get("executorCpuTime", 0) for s in stages) / 1e9
+
+    def __enter__(self) -> _Meter:
+        self.started = time.monotonic()
+        self.jvm0, self.py0 = _tree_cpu(self.jvm)
+        self.task0 = self._task_cpu()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.monotonic() - self.started
+        jvm, py = _tree_cpu(self.jvm)
+        time.sleep(1.0)  # the REST API lags the stage's end a little
+        self.task_cpu = self._task_cpu() - self.task0
+        self.jvm_cpu, self.python_cpu = jvm - self.jvm0, py - self.py0
 
 
 def batch(args: argparse.Namespace, bootstrap: str, jars: list[Path]) -> None:
@@ -182,49 +244,316 @@ def batch(args: argparse.Namespace, bootstrap: str, jars: list[Path]) -> None:
         spark.stop()
 
 
+SINKS = {
+    "noop": ("noop", {}),
+    "aioproducer": ("aioproducer", {}),
+    "kafka": ("kafka", {}),
+    "kafka@128KiB": ("kafka", {"kafka.batch.size": str(128 * 1024), "kafka.linger.ms": "5"}),
+}
+"""Sinks of the throughput scenario: format, extra options. ``noop`` is Spark's sink that
+drops the rows: what computing the DataFrame costs, the floor under both Kafka sinks.
+``kafka@128KiB`` is Spark's sink with the batch size and linger aioproducer's tasks use."""
+
+
+def _frame(spark: Any, data: str, rows: int, partitions: int) -> Any:
+    if data == "plain":  # 100-byte values, no key (as bench/spark_bench.py)
+        return spark.range(0, rows, numPartitions=partitions).selectExpr(
+            "cast(lpad(cast(id AS string), 100, 'x') AS binary) AS value")
+    return spark.range(0, rows, numPartitions=partitions).selectExpr(  # "mixed"
+        "CASE WHEN id % 10 = 3 THEN NULL ELSE cast(concat('v', cast(id AS string))"
+        " AS binary) END AS value",
+        "CASE WHEN id % 7 = 0 THEN NULL ELSE concat('k', cast(id AS string)) END AS key",
+        "CASE WHEN id % 5 = 0 THEN array(named_struct('key', 'h',"
+        " 'value', cast(cast(id AS string) AS binary))) ELSE NULL END AS headers")
+
+
+def _held(bootstrap: str, topic: str) -> int:
+    """Records the broker holds in ``topic`` (high minus low watermark, summed)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex})
+    try:
+        parts = c.list_topics(topic, timeout=30).topics[topic].partitions
+        total = 0
+        for p in parts:
+            low, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=30,
+                                                cached=False)
+            total += high - low
+        return total
+    finally:
+        c.close()
+
+
+def _write(df: Any, fmt: str, extra: dict[str, str], bootstrap: str, topic: str) -> None:
+    writer = df.write.format(fmt).mode("append")
+    if fmt != "noop":
+        writer = writer.option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
+    for k, v in extra.items():
+        writer = writer.option(k, v)
+    writer.save()
+
+
+def throughput(args: argparse.Namespace, bootstrap: str, jars: list[Path]) -> None:
+    """``--records`` rows per write, each sink in turn (``--reps`` rounds), wall time and
+    CPU: the JVM's (all threads) and the Python workers' (``_Meter``)."""
+    import statistics
+
+    import aioproducer.spark_source as source
+
+    spark = _session(jars, ui=True)
+    source.register(spark)
+    results: dict[tuple[str, str], list[dict[str, float]]] = {}
+    try:
+        for data in args.data:
+            df = _frame(spark, data, args.records, args.spark_partitions)
+            # JIT, Python workers, connections: one unmeasured write of a tenth of the
+            # rows per sink first
+            warm = _frame(spark, data, max(args.records // 10, 10_000),
+                          args.spark_partitions)
+            for fmt, extra in SINKS.values():
+                _write(warm, fmt, extra, bootstrap, _create_topic(bootstrap, 1))
+            for rep in range(args.reps):
+                for name, (fmt, extra) in SINKS.items():
+                    topic = _create_topic(bootstrap, args.topic_partitions)
+                    with _Meter(spark) as m:
+                        _write(df, fmt, extra, bootstrap, topic)
+                    held = args.records if fmt == "noop" else _held(bootstrap, topic)
+                    ok = held == args.records
+                    row = {"seconds": m.seconds, "rows_per_s": args.records / m.seconds,
+                           "jvm_cpu": m.jvm_cpu, "python_cpu": m.python_cpu,
+                           "task_cpu": m.task_cpu}
+                    print(f"throughput {data} {name} [{rep + 1}/{args.reps}]: "
+                          f"{args.records:,} rows in {m.seconds:.1f} s "
+                          f"({row['rows_per_s']:,.0f} rows/s); CPU: JVM {m.jvm_cpu:.1f} s "
+                          f"+ Python workers {m.python_cpu:.1f} s = "
+                          f"{(m.jvm_cpu + m.python_cpu) / args.records * 1e6:.2f} us/row; "
+                          f"task executorCpuTime {m.task_cpu:.1f} s; broker holds "
+                          f"{held:,}{'' if ok else ' (WRONG: run not counted)'}", flush=True)
+                    if ok:
+                        results.setdefault((data, name), []).append(row)
+    finally:
+        spark.stop()
+    n = args.records
+    print(f"\n{n:,} rows per write, medians of {args.reps} round(s). CPU per row: the "
+          "JVM's (every thread; local mode) and the Python workers'; 'over noop' takes "
+          "off what computing the rows costs; executorCpuTime: Spark's task metric (task "
+          "threads of the JVM only)\n")
+    print("| data | sink | rows/s | JVM us/row | Python us/row | total us/row | over noop "
+          "| executorCpuTime us/row | rows/s vs kafka | CPU/row vs kafka |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for data in args.data:
+        med: dict[str, dict[str, float]] = {}
+        for name in SINKS:
+            runs = results.get((data, name), [])
+            if runs:
+                med[name] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+                med[name]["total"] = statistics.median(r["jvm_cpu"] + r["python_cpu"]
+                                                       for r in runs)
+        base, floor = med.get("kafka"), med.get("noop")
+        for name, m in med.items():
+            rate = f"{m['rows_per_s'] / base['rows_per_s']:.2f}x" if base else "n/a"
+            cpu = f"{base['total'] / m['total']:.2f}x less" if base else "n/a"
+            over = f"{(m['total'] - floor['total']) / n * 1e6:.2f}" if floor else "n/a"
+            print(f"| {data} | {name} | {m['rows_per_s']:,.0f} | {m['jvm_cpu'] / n * 1e6:.2f} "
+                  f"| {m['python_cpu'] / n * 1e6:.2f} | {m['total'] / n * 1e6:.2f} | {over} "
+                  f"| {m['task_cpu'] / n * 1e6:.2f} | {rate} | {cpu} |", flush=True)
+
+
+# -- the SIGKILL scenario ----------------------------------------------------------------------
+
+@dataclasses.dataclass
+class KillRun:
+    """What one run of the SIGKILL scenario did (the rows are read back by the caller)."""
+
+    fmt: str
+    topic: str
+    seed: int
+    kills: list[tuple[int, float]]
+    """Per kill: the completed micro-batches seen before it, and the delay after that."""
+    failure_injected: bool
+    seconds: float
+
+
+def _kill_child(spec: dict[str, Any]) -> None:
+    """One driver of the SIGKILL scenario (``--kill-child``): a ``rate`` source through
+    a Python UDF that fails one task attempt once, into ``spec["fmt"]`` with a
+    checkpoint; prints ``started``, then ``batch`` at every completed micro-batch."""
+    import pathlib
+
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+    from pyspark.sql.functions import udf
+
+    import aioproducer.spark_source as source
+
+    builder = (SparkSession.builder.master("local[2, 2]").appName("aioproducer-kill")
+               .config("spark.ui.enabled", "false")
+               .config("spark.driver.host", "127.0.0.1")
+               .config("spark.driver.bindAddress", "127.0.0.1")
+               .config("spark.sql.shuffle.partitions", "2")
+               # Small Arrow batches: the Python writer has written rows by the time the
+               # injected failure reaches its task.
+               .config("spark.sql.execution.arrow.maxRecordsPerBatch", "50"))
+    if spec["jars"]:
+        builder = builder.config("spark.jars", spec["jars"])
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    source.register(spark)
+    marker = spec["marker"]
+    fail_at = spec["fail_at"]
+
+    @udf("string")
+    def passthrough(value: int) -> str:
+        # The first attempt of the first task to reach its fail_at-th row fails there,
+        # once per scenario (the marker file): the rows before it went to the sink.
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        if ctx is not None and ctx.attemptNumber() == 0 and fail_at > 0:
+            key = ctx.taskAttemptId()
+            seen = _ROWS_SEEN[key] = _ROWS_SEEN.get(key, 0) + 1
+            if seen == fail_at and not pathlib.Path(marker).exists():
+                pathlib.Path(marker).write_text(f"{value}")
+                raise RuntimeError(f"injected task failure at value {value}")
+        return str(value)
+
+    writer = (spark.readStream.format("rate").option("rowsPerSecond", spec["rate"])
+              .option("numPartitions", "2").load()
+              .select(passthrough("value").alias("value"))
+              .writeStream.format(spec["fmt"])
+              .option("kafka.bootstrap.servers", spec["bootstrap"])
+              .option("topic", spec["topic"]).option("checkpointLocation", spec["checkpoint"])
+              .trigger(processingTime="500 milliseconds"))
+    if spec["fmt"] == "aioproducer":
+        writer = writer.option("kafka.transaction.timeout.ms", "60000")
+    query = writer.start()
+    print("started", flush=True)
+    done = 0
+    while done < spec["batches"]:
+        if query.exception() is not None:
+            raise SystemExit(f"query failed: {query.exception()}")
+        now = sum(1 for p in query.recentProgress if p["numInputRows"] > 0)
+        if now > done:
+            done = now
+            print("batch", flush=True)
+        time.sleep(0.05)
+    query.stop()
+    spark.stop()
+
+
+_ROWS_SEEN: dict[int, int] = {}
+
+
+def _readline(child: subprocess.Popen[bytes], deadline: float) -> bytes:
+    """The child's next stdout line, or RuntimeError at ``deadline`` or its exit."""
+    assert child.stdout is not None
+    fd = child.stdout.fileno()
+    buf = b""
+    while not buf.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise RuntimeError("the Spark driver did not answer in time")
+        ready, _, _ = select.select([fd], [], [], min(left, 1.0))
+        if ready:
+            chunk = os.read(fd, 1)
+            if not chunk:
+                raise RuntimeError(f"the Spark driver exited ({child.wait()})")
+            buf += chunk
+    return buf.strip()
+
+
+def run_kill_scenario(fmt: str, bootstrap: str, topic: str, seed: int, jars: list[Path],
+                      *, kills: int = 2, final_batches: int = 3, rate: int = 1000,
+                      fail_at: int = 150, deadline_s: float = 300.0,
+                      log: Any = print) -> KillRun:
+    """A ``rate`` source streamed into ``fmt`` with a checkpoint; the driver's process
+    group is SIGKILLed ``kills`` times, each after a seeded random number (1-3) of
+    completed micro-batches plus a seeded random delay (0-1 s), and the query is
+    restarted from its checkpoint; the last run stops by itself after
+    ``final_batches`` micro-batches. One task attempt fails once (at its ``fail_at``-th
+    row). Everything stops by ``deadline_s``: a driver still running is killed and
+    RuntimeError raised."""
+    rng = random.Random(seed)
+    started = time.monotonic()
+    deadline = started + deadline_s
+    done: list[tuple[int, float]] = []
+    with tempfile.TemporaryDirectory(prefix="aioproducer-kill-") as tmp:
+        marker = Path(tmp) / "failed-once"
+        for run in range(kills + 1):
+            last = run == kills
+            after = rng.randint(1, 3)
+            delay = rng.uniform(0.0, 1.0)
+            spec = {"fmt": fmt, "bootstrap": bootstrap, "topic": topic,
+                    "checkpoint": str(Path(tmp) / "ckpt"), "rate": str(rate),
+                    "batches": final_batches if last else 1_000_000,
+                    "jars": ",".join(str(j) for j in jars) if fmt == "kafka" else "",
+                    "marker": str(marker), "fail_at": fail_at}
+            child = subprocess.Popen(
+                [sys.executable, "-m", "bench.spark_source_bench", "--kill-child",
+                 json.dumps(spec)],
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+                start_new_session=True)
+            try:
+                if _readline(child, deadline) != b"started":
+                    raise RuntimeError(f"{fmt}: the query did not start")
+                if last:
+                    for _ in range(final_batches):
+                        _readline(child, deadline)
+                    code = child.wait(max(1.0, deadline - time.monotonic()))
+                    if code != 0:
+                        raise RuntimeError(f"{fmt}: the last run failed ({code})")
+                else:
+                    for _ in range(after):
+                        _readline(child, deadline)
+                    time.sleep(delay)
+                    os.killpg(child.pid, signal.SIGKILL)
+                    child.wait(30)
+                    done.append((after, round(delay, 3)))
+                    log(f"kill {fmt}: SIGKILL after {after} micro-batch(es) + "
+                        f"{delay:.3f} s")
+            finally:
+                if child.poll() is None:
+                    os.killpg(child.pid, signal.SIGKILL)
+                    child.wait(30)
+                elif not last:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(child.pid, signal.SIGKILL)  # its Python workers
+                assert child.stdout is not None
+                child.stdout.close()
+        injected = marker.exists()
+    return KillRun(fmt, topic, seed, done, injected, time.monotonic() - started)
+
+
+def count_values(values: list[bytes | None]) -> tuple[int, int, int, int]:
+    """(rows, distinct values, duplicates, missing below the largest) of the rate
+    source's values read back."""
+    counts = Counter(int(v) for v in values if v is not None)
+    top = max(counts) if counts else -1
+    missing = sum(1 for i in range(top + 1) if i not in counts)
+    return sum(counts.values()), len(counts), sum(n - 1 for n in counts.values()), missing
+
+
 def kill(args: argparse.Namespace, bootstrap: str, jars: list[Path]) -> None:
     seed = args.seed if args.seed is not None else time.time_ns() % 100_000
     print(f"kill: seed={seed}", flush=True)
     for fmt in FORMATS:
-        rng = random.Random(seed)
         topic = _create_topic(bootstrap, 2)
-        with tempfile.TemporaryDirectory() as tmp:
-            script = Path(tmp) / "child.py"
-            script.write_text(_CHILD)
-            checkpoint = Path(tmp) / "ckpt"
-            for run in range(3):
-                child = subprocess.Popen(
-                    [sys.executable, str(script), fmt, bootstrap, topic, str(checkpoint),
-                     str(args.final_batches) if run == 2 else "1000000",
-                     ",".join(str(j) for j in jars) if fmt == "kafka" else ""],
-                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                    env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-                    start_new_session=True)
-                assert child.stdout is not None
-                try:
-                    if child.stdout.readline().strip() != b"started":
-                        raise RuntimeError(f"{fmt}: the query did not start")
-                    if run < 2:
-                        child.stdout.readline()  # a micro-batch completed
-                        time.sleep(rng.uniform(0.0, 1.5))
-                        os.killpg(child.pid, signal.SIGKILL)
-                        child.wait(30)
-                    elif child.wait(300) != 0:
-                        raise RuntimeError(f"{fmt}: the last run failed")
-                finally:
-                    if child.poll() is None:
-                        os.killpg(child.pid, signal.SIGKILL)
-                        child.wait(30)
-                    child.stdout.close()
-        values = Counter(int(v) for _, _, v, _ in _read_all(bootstrap, topic) if v)
-        top = max(values) if values else -1
-        missing = sum(1 for i in range(top + 1) if i not in values)
-        dups = sum(n - 1 for n in values.values() if n > 1)
-        print(f"kill {fmt}: {sum(values.values()):,} records read_committed, values 0..{top}: "
-              f"{dups:,} duplicates, {missing:,} missing", flush=True)
+        run = run_kill_scenario(fmt, bootstrap, topic, seed, jars,
+                                final_batches=args.final_batches)
+        rows, distinct, dups, missing = count_values(
+            [v for _, _, v, _ in _read_all(bootstrap, topic)])
+        print(f"kill {fmt}: {rows:,} records read_committed ({distinct:,} distinct values): "
+              f"{dups:,} duplicates, {missing:,} missing; kills {run.kills}, task failure "
+              f"injected: {run.failure_injected}; {run.seconds:.0f} s", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--kill-child"]:
+        _kill_child(json.loads(argv[1]))
+        return 0
     args = parse_args(argv)
     from bench.spark_jars import ensure_spark_kafka_jars
 
@@ -232,6 +561,8 @@ def main(argv: list[str] | None = None) -> int:
     with broker(args.bootstrap) as (bootstrap, _desc):
         if "batch" in args.scenario:
             batch(args, bootstrap, jars)
+        if "throughput" in args.scenario:
+            throughput(args, bootstrap, jars)
         if "kill" in args.scenario:
             kill(args, bootstrap, jars)
     return 0

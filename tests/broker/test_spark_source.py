@@ -101,6 +101,96 @@ def test_batch_overwrite_is_refused_before_any_task(spark: Any) -> None:
         sc.setLocalProperty("spark.jobGroup.id", None)
 
 
+# -- batch, exactly once (option exactlyOnce) -----------------------------------------------
+
+def _exactly_once_batch(df: Any, bootstrap: str, topic: str, **options: str) -> None:
+    writer = (df.write.format("aioproducer").option("kafka.bootstrap.servers", bootstrap)
+              .option("topic", topic).option("exactlyOnce", "true")
+              .option("kafka.transaction.timeout.ms", "120000"))
+    for k, v in options.items():
+        writer = writer.option(k, v)
+    writer.mode("append").save()
+
+
+@pytest.mark.slow  # a Spark session
+def test_batch_exactly_once_with_a_retried_task(spark: Any, kafka_bootstrap: str,
+                                                topic_factory: TopicFactory) -> None:
+    """exactlyOnce=true: each task writes in a transaction the driver's commit()
+    commits. The first attempt of partition 1's task fails after writing (its
+    transaction prepared): the retry's init_transactions() aborts it, so a
+    read_committed consumer sees every row once and a read_uncommitted one sees
+    partition 1's rows twice."""
+    topic = topic_factory(partitions=2)
+    n = 3000
+    df = spark.range(0, n, numPartitions=3).selectExpr(
+        "cast(id AS string) AS value", "cast(id % 13 AS string) AS key",
+        "CASE WHEN id % 4 = 0 THEN array(named_struct('key', 'h', 'value',"
+        " cast(cast(id AS string) AS binary))) ELSE NULL END AS headers")
+    _exactly_once_batch(df, kafka_bootstrap, topic,
+                        **{"aioproducer.test.failAfterWrite": "0:1"})
+    committed = consume_all(kafka_bootstrap, topic, n, timeout=30,
+                            isolation="read_committed")
+    assert sorted(int(c.value or b"-1") for c in committed) == list(range(n))
+    for c in committed:
+        i = int(c.value or b"-1")
+        assert c.key == str(i % 13).encode()
+        assert c.headers == ([("h", str(i).encode())] if i % 4 == 0 else [])
+    seen = Counter(int(c.value or b"-1") for c in consume_all(kafka_bootstrap, topic, n,
+                                                            timeout=15))
+    twice = sorted(v for v, k in seen.items() if k == 2)
+    assert twice == list(range(1000, 2000))  # partition 1 of spark.range: 1000..1999
+    assert all(k in (1, 2) for k in seen.values())
+
+
+@pytest.mark.slow  # a Spark session
+def test_batch_exactly_once_failed_job_aborts_every_transaction(
+        spark: Any, kafka_bootstrap: str, topic_factory: TopicFactory) -> None:
+    """Partition 1 holds a record over max.request.size: its task fails (twice) and so
+    does the job. The driver's abort() aborts partition 0's prepared transaction and
+    the failed task aborted its own: read_committed sees none of the rows, and the
+    transactions are ended, not left open (a later committed write is visible at
+    once, long before the 120 s transaction timeout would end them)."""
+    topic = topic_factory(partitions=1)
+    df = spark.range(0, 20, numPartitions=2).selectExpr(
+        "CASE WHEN id = 13 THEN repeat('x', 5000) ELSE cast(id AS string) END AS value")
+    with pytest.raises(Exception, match="RecordPublishError"):
+        _exactly_once_batch(df, kafka_bootstrap, topic,
+                            **{"kafka.max.request.size": "2000"})
+    started = time.monotonic()
+    later = spark.range(100, 110, numPartitions=1).selectExpr("cast(id AS string) AS value")
+    _exactly_once_batch(later, kafka_bootstrap, topic)
+    committed = consume_all(kafka_bootstrap, topic, 10, timeout=30,
+                            isolation="read_committed")
+    assert sorted(int(c.value or b"-1") for c in committed) == list(range(100, 110))
+    assert time.monotonic() - started < 60
+    everything = consume_all(kafka_bootstrap, topic, 10 + 10 + 3, timeout=10)
+    values = Counter(c.value for c in everything)
+    assert all(values[str(i).encode()] >= 1 for i in range(10))  # written, aborted
+
+
+def test_exactly_once_option_is_checked() -> None:
+    schema = pyspark_sql.types.StructType([pyspark_sql.types.StructField(
+        "value", pyspark_sql.types.BinaryType())])
+    base = {"kafka.bootstrap.servers": "127.0.0.1:1", "topic": "t"}
+    batch = spark_source._parse(base, schema, streaming=False)
+    assert batch.txn_prefix is None  # at-least-once unless asked
+    once = spark_source._parse({**base, "exactlyOnce": "TRUE"}, schema, streaming=False)
+    again = spark_source._parse({**base, "exactlyOnce": "true"}, schema, streaming=False)
+    assert once.txn_prefix and again.txn_prefix and once.txn_prefix != again.txn_prefix
+    named = spark_source._parse({**base, "exactlyOnce": "true",
+                                 "transactional.id.prefix": "mine"}, schema,
+                                streaming=False)
+    assert named.txn_prefix == "mine"
+    stream = spark_source._parse({**base, "checkpointLocation": "/tmp/x"}, schema,
+                                 streaming=True)
+    assert stream.txn_prefix is not None  # exactly once unless told otherwise
+    loose = spark_source._parse({**base, "checkpointLocation": "/tmp/x",
+                                 "exactlyOnce": "false"}, schema, streaming=True)
+    assert loose.txn_prefix is None
+    with pytest.raises(spark_source.ConfigError, match="'exactlyOnce' must be 'true' or"):
+        spark_source._parse({**base, "exactlyOnce": "yes"}, schema, streaming=False)
+
+
 # -- streaming, exactly once -----------------------------------------------------------------
 
 def _run_stream(spark: Any, bootstrap: str, topic: str, checkpoint: Path,
