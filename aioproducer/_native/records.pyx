@@ -416,8 +416,8 @@ cdef inline bint sticky_switch_due(TopicRoute route) noexcept:
     cdef long long limit = route.sticky_limit
     if s < 0 or s >= route.num_partitions or s >= PyList_GET_SIZE(route.tails):
         return True
-    if limit <= 0 or route.sticky_bytes < limit:
-        return False
+    if limit <= 0 or route.sticky_bytes < limit or route.num_partitions == 1:
+        return False  # (one partition: a move could only choose it again)
     if route.sticky_bytes >= 2 * limit:
         return True
     cdef object tail = <object>PyList_GET_ITEM(route.tails, s)

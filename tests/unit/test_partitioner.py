@@ -162,6 +162,25 @@ def test_switch_when_the_batch_is_full_past_batch_size(
     assert route.sticky_bytes == 1000
 
 
+def test_one_partition_never_moves_its_sticky_partition(
+        loop: asyncio.AbstractEventLoop) -> None:
+    """With one partition a move could only pick it again: keyless records stay on the
+    native path past batch_size (and twice it), instead of a Python-path detour every
+    batch_size bytes."""
+    pool = BufferPool(16 * BLOCK, BLOCK)
+    part = RecordPartitioner("murmur2", batch_size=1000, seed=SEED)
+    app = part.appender
+    info = topic_info("t", 1)
+    assert part.sticky("t", info) == 0
+    open_batch(app, pool, "t", 0, loop)
+    route = app.route("t")
+    assert route is not None
+    assert app.append_many("t", [b"v" * 90] * 100, None, 0, None, 1, []) == 100
+    assert route.sticky_bytes > 2 * 1000 and not route.switch_due()
+    route.tails[0].full = True
+    assert not route.switch_due()  # (the new batch opens there)
+
+
 def test_uniform_spread_of_keyless_bytes() -> None:
     # Without load statistics, each stay gets the same bytes and the partitions are
     # drawn uniformly: over many stays every partition gets about the same share.
