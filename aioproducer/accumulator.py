@@ -263,7 +263,8 @@ class RecordAccumulator:
             return AppendResult(appended[0], appended[1], False)
         if charge < size:
             block = self._outside_block(block, size)
-        batch = self.new_batch(tp, block, asyncio.get_running_loop())
+        batch = self.new_batch(tp, block,
+                               self.appender.bound_loop() or asyncio.get_running_loop())
         index = batch.builder.append(timestamp, key, value, headers)
         if index < 0:  # cannot happen: the block was sized for this record
             raise RecordTooLargeError("record does not fit in a block sized for it")

@@ -329,7 +329,8 @@ class Producer:
 
     async def _send(self, topic: str, value: Any, key: Any, partition: int | None,
                     timestamp_ms: int | None, headers: Sequence[Header] | None) -> RecordFuture:
-        if self._state != _RUNNING or asyncio.get_running_loop() is not self._loop:
+        if self._state != _RUNNING or (self._appender.bound_loop() is None
+                                       and asyncio.get_running_loop() is not self._loop):
             self._raise_not_running()
         self._raise_if_failed()
         txn = self._txn

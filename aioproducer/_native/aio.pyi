@@ -84,5 +84,8 @@ class Appender(CoreAppender):
 
     def bind(self, loop: asyncio.AbstractEventLoop | None) -> None:
         """Take records in :meth:`append` only on ``loop`` (None: take none)."""
+    def bound_loop(self) -> asyncio.AbstractEventLoop | None:
+        """The bound loop if it is the one running in this thread, else None (then
+        ask ``asyncio.get_running_loop()``)."""
     def append(self, topic: object, value: object, key: object, partition: object,
                timestamp_ms: object, /) -> RecordFuture | None: ...

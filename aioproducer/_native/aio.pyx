@@ -436,6 +436,14 @@ cdef class Appender(CoreAppender):
         thread; ``None``: take none."""
         self.loop = loop
 
+    def bound_loop(self):
+        """The bound loop if it is the one running in this thread (known without
+        ``asyncio.get_running_loop()``, which makes a getpid() system call), else
+        None: then the caller asks asyncio."""
+        if self.loop is not None and running_here(self.loop):
+            return self.loop
+        return None
+
     def append(self, object topic, object value, object key, object partition,
                object timestamp_ms, /):
         """A RecordFuture, or None when the Python path must take this record.
