@@ -53,6 +53,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--data", action="append", choices=("plain", "mixed"), default=[],
                    help="throughput data sets (default: both)")
     p.add_argument("--reps", type=int, default=1, help="throughput rounds (1)")
+    p.add_argument("--stream-rows", type=int, nargs="+",
+                   default=[100_000, 200_000, 400_000, 600_000, 800_000, 1_200_000],
+                   help="rows per micro-batch, tried in turn (stream scenario)")
+    p.add_argument("--stream-batches", type=int, default=8,
+                   help="measured micro-batches per step (stream scenario)")
     p.add_argument("--seed", type=int, default=None, help="kill points (default: random)")
     p.add_argument("--final-batches", type=int, default=3)
     p.add_argument("--bootstrap", default=os.environ.get("AIOPRODUCER_BOOTSTRAP"))
@@ -191,7 +196,7 @@ class _Meter:
         url = f"{self.ui}/api/v1/applications/{self.app}/stages?status=complete"
         with urllib.request.urlopen(url, timeout=30) as r:
             stages = json.load(r)
-        return sum(s.get("executorCpuTime", 0) for s in stages) / 1e9
+        return float(sum(s.get("executorCpuTime", 0) for s in stages)) / 1e9
 
     def __enter__(self) -> _Meter:
         self.started = time.monotonic()
@@ -350,13 +355,103 @@ def throughput(args: argparse.Namespace, bootstrap: str, jars: list[Path]) -> No
                 med[name]["total"] = statistics.median(r["jvm_cpu"] + r["python_cpu"]
                                                        for r in runs)
         base, floor = med.get("kafka"), med.get("noop")
-        for name, m in med.items():
-            rate = f"{m['rows_per_s'] / base['rows_per_s']:.2f}x" if base else "n/a"
-            cpu = f"{base['total'] / m['total']:.2f}x less" if base else "n/a"
-            over = f"{(m['total'] - floor['total']) / n * 1e6:.2f}" if floor else "n/a"
-            print(f"| {data} | {name} | {m['rows_per_s']:,.0f} | {m['jvm_cpu'] / n * 1e6:.2f} "
-                  f"| {m['python_cpu'] / n * 1e6:.2f} | {m['total'] / n * 1e6:.2f} | {over} "
-                  f"| {m['task_cpu'] / n * 1e6:.2f} | {rate} | {cpu} |", flush=True)
+        for name, md in med.items():
+            rate = f"{md['rows_per_s'] / base['rows_per_s']:.2f}x" if base else "n/a"
+            cpu = f"{base['total'] / md['total']:.2f}x less" if base else "n/a"
+            over = f"{(md['total'] - floor['total']) / n * 1e6:.2f}" if floor else "n/a"
+            print(f"| {data} | {name} | {md['rows_per_s']:,.0f} | {md['jvm_cpu'] / n * 1e6:.2f} "
+                  f"| {md['python_cpu'] / n * 1e6:.2f} | {md['total'] / n * 1e6:.2f} | {over} "
+                  f"| {md['task_cpu'] / n * 1e6:.2f} | {rate} | {cpu} |", flush=True)
+
+
+# -- streaming ----------------------------------------------------------------------------------
+
+STREAM_SINKS = {
+    "aioproducer exactly-once": ("aioproducer", {}),
+    "aioproducer at-least-once": ("aioproducer", {"exactlyOnce": "false"}),
+    "kafka (at-least-once)": ("kafka", {}),
+}
+
+
+def _stream_step(spark: Any, bootstrap: str, fmt: str, extra: dict[str, str],
+                 rows_per_batch: int, batches: int, tmp: str) -> dict[str, float]:
+    """``rate-micro-batch`` (``rows_per_batch`` 100-byte values per micro-batch, 2
+    partitions) into ``fmt`` at a 1 s trigger, until ``batches`` micro-batches after
+    two warm-up ones; the durations and rows of the measured ones, and their CPU."""
+    import statistics
+
+    topic = _create_topic(bootstrap, 8)
+    writer = (spark.readStream.format("rate-micro-batch")
+              .option("rowsPerBatch", str(rows_per_batch)).option("numPartitions", "2")
+              .load()
+              .selectExpr("cast(lpad(cast(value AS string), 100, 'x') AS binary) AS value")
+              .writeStream.format(fmt).option("kafka.bootstrap.servers", bootstrap)
+              .option("topic", topic)
+              .option("checkpointLocation", os.path.join(tmp, uuid.uuid4().hex))
+              .trigger(processingTime="1 second"))
+    for k, v in extra.items():
+        writer = writer.option(k, v)
+    query = writer.start()
+    meter: _Meter | None = None
+    try:
+        deadline = time.monotonic() + 60 + batches * 30
+        seen = 0
+        while seen < 2 + batches:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{fmt}: {seen} micro-batches by the deadline")
+            if query.exception() is not None:
+                raise RuntimeError(str(query.exception()))
+            progress = [p for p in query.recentProgress if p["numInputRows"] > 0]
+            if len(progress) >= 2 and meter is None:
+                meter = _Meter(spark).__enter__()
+            seen = len(progress)
+            time.sleep(0.05)
+        assert meter is not None
+        meter.__exit__(None, None, None)
+        measured = progress[2:2 + batches]
+    finally:
+        query.stop()
+    durations = [p["durationMs"]["triggerExecution"] / 1000 for p in measured]
+    rows = sum(p["numInputRows"] for p in measured)
+    wall = sum(max(1.0, d) for d in durations)  # a 1 s trigger: a batch every second
+    return {"rows_per_batch": rows_per_batch, "median_s": statistics.median(durations),
+            "max_s": max(durations), "rows_per_s": rows / wall,
+            "cpu_us_per_row": (meter.jvm_cpu + meter.python_cpu) / rows * 1e6}
+
+
+def stream(args: argparse.Namespace, bootstrap: str, jars: list[Path]) -> None:
+    """Per sink, micro-batches of growing size at a 1 s trigger: the largest that still
+    runs within the trigger (median), and the rows/s where it no longer does."""
+    import aioproducer.spark_source as source
+
+    spark = _session(jars, ui=True)
+    source.register(spark)
+    lines = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="aioproducer-stream-bench-") as tmp:
+            for name, (fmt, extra) in STREAM_SINKS.items():
+                kept = None
+                for n in args.stream_rows:
+                    step = _stream_step(spark, bootstrap, fmt, extra, n,
+                                        args.stream_batches, tmp)
+                    keeps = step["median_s"] <= 1.0
+                    print(f"stream {name}: {n:,} rows per micro-batch: median "
+                          f"{step['median_s']:.2f} s (max {step['max_s']:.2f} s), "
+                          f"{step['rows_per_s']:,.0f} rows/s, {step['cpu_us_per_row']:.2f} "
+                          f"us CPU/row{'' if keeps else ': over the 1 s trigger'}",
+                          flush=True)
+                    if not keeps:
+                        lines.append(f"| {name} | {kept or 'none':,} | "
+                                     f"{step['rows_per_s']:,.0f} at {n:,} rows per batch |")
+                        break
+                    kept = n
+                else:
+                    lines.append(f"| {name} | {kept:,} (largest tried) | n/a |")
+    finally:
+        spark.stop()
+    print("\n| sink | largest micro-batch within a 1 s trigger (rows) | rows/s beyond it |")
+    print("|---|---:|---:|")
+    print("\n".join(lines), flush=True)
 
 
 # -- the SIGKILL scenario ----------------------------------------------------------------------
@@ -498,6 +593,8 @@ def run_kill_scenario(fmt: str, bootstrap: str, topic: str, seed: int, jars: lis
             try:
                 if _readline(child, deadline) != b"started":
                     raise RuntimeError(f"{fmt}: the query did not start")
+                log(f"kill {fmt}: run {run + 1} started at "
+                    f"{time.monotonic() - started:.1f} s")
                 if last:
                     for _ in range(final_batches):
                         _readline(child, deadline)
@@ -507,6 +604,8 @@ def run_kill_scenario(fmt: str, bootstrap: str, topic: str, seed: int, jars: lis
                 else:
                     for _ in range(after):
                         _readline(child, deadline)
+                        log(f"kill {fmt}: a micro-batch done at "
+                            f"{time.monotonic() - started:.1f} s")
                     time.sleep(delay)
                     os.killpg(child.pid, signal.SIGKILL)
                     child.wait(30)
@@ -563,6 +662,8 @@ def main(argv: list[str] | None = None) -> int:
             batch(args, bootstrap, jars)
         if "throughput" in args.scenario:
             throughput(args, bootstrap, jars)
+        if "stream" in args.scenario:
+            stream(args, bootstrap, jars)
         if "kill" in args.scenario:
             kill(args, bootstrap, jars)
     return 0

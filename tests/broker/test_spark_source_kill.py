@@ -24,7 +24,7 @@ pytest.importorskip("pyarrow", reason="pip install -e '.[spark]'")
 
 from bench.spark_source_bench import count_values, run_kill_scenario
 
-DEADLINE_S = 150.0
+DEADLINE_S = 180.0
 
 
 @pytest.mark.slow  # three Spark drivers, one after another
