@@ -22,10 +22,14 @@ The columns are those of :mod:`aioproducer.spark` (``value``, ``key``, ``topic``
 while Spark plans the write, before any task runs.
 
 The batch writer is :func:`aioproducer.spark.publish` as a format: one producer per
-task, Arrow batches to ``send_many``; at-least-once (a retried task writes its rows
-again).
+task, Arrow batches to ``send_many`` (headers included); at-least-once (a retried task
+writes its rows again), unless option ``exactlyOnce`` is ``true``: then each task
+writes in a transaction (transactional id ``<prefix>-<partition>``, a fresh prefix per
+write unless ``transactional.id.prefix`` is given) that it hands over open, the
+driver's ``commit()`` commits them all and ``abort()`` (a failed job) aborts them.
 
-The streaming writer is **exactly once** for ``read_committed`` consumers: each task of a
+The streaming writer is **exactly once** for ``read_committed`` consumers (option
+``exactlyOnce``, true by default; ``false`` writes at-least-once): each task of a
 micro-batch writes its rows in a Kafka transaction (transactional id
 ``<prefix>-<partition>``), sends them, and hands the transaction over open
 (:meth:`Producer.prepare_transaction`); its commit message carries (transactional id,
@@ -38,6 +42,10 @@ recorded transactions again (a commit repeated is a retry to the coordinator) in
 each row is committed once even when the driver dies between the commits. A retried
 task attempt re-initialises the same transactional id, which aborts what the failed
 attempt wrote.
+
+Spark's Python Data Source API (4.2) has no way to report a writer's own metrics: the
+counts (rows, bytes, failures) travel in the commit messages, and the driver logs them
+(logger ``aioproducer.spark_source``) and writes them to ``<batch_id>.done``.
 """
 
 from __future__ import annotations
@@ -93,7 +101,7 @@ _REFUSED = ("key.serializer", "value.serializer", "transactional.id")
 _BATCH_ID = "streaming.sql.batchId"
 _FAIL_ONCE = "aioproducer.test.failafterwrite"
 """Test hook: ``"<batch id>:<partition>"``; the first attempt of that task raises after
-its transaction is prepared."""
+its transaction is prepared (the batch writer ignores the batch id)."""
 _CRASH_AFTER_COMMIT = "aioproducer.test.crashaftercommit"
 """Test hook: ``"<batch id>"``; the driver's commit() of that batch raises after its
 transactions are committed, before it is marked done (as if the driver died there)."""
@@ -208,8 +216,9 @@ def _parse(options: Mapping[str, str], schema: StructType, streaming: bool) -> _
             raise ConfigError(f"option {key!r} is not supported: records are the "
                               "key/value columns as bytes"
                               if "serializer" in name else
-                              f"option {key!r} is not supported: the streaming writer "
-                              "sets a transactional id per task")
+                              f"option {key!r} is not supported: exactly-once writers "
+                              "set a transactional id per task (option "
+                              "'transactional.id.prefix' names them)")
         config[name] = value
     producer_options = _producer_options(bootstrap, config)
     exactly_once = _flag(opts, _EXACTLY_ONCE, default=streaming)
@@ -615,7 +624,8 @@ class _StreamWriter(DataSourceStreamArrowWriter):
 
 class AioproducerDataSource(DataSource):
     """``format("aioproducer")``: Spark's Kafka sink options and schema, written with
-    aioproducer (batch: at-least-once; streaming: exactly once)."""
+    aioproducer (batch: at-least-once, or exactly once with ``exactlyOnce=true``;
+    streaming: exactly once, or at-least-once with ``exactlyOnce=false``)."""
 
     @classmethod
     def name(cls) -> str:

@@ -29,6 +29,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections import Counter
@@ -129,11 +130,10 @@ def _session(jars: list[Path], ui: bool = False) -> Any:
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
-def _tree_cpu(root: int) -> tuple[float, float]:
-    """CPU seconds (user + system) of process ``root`` itself (all its threads), and of
-    its descendants: the live ones, and the ended ones (reaped: cutime and cstime of
-    their parent, ``root`` included)."""
-    stats: dict[int, tuple[int, float, float]] = {}  # pid: (ppid, own, reaped)
+def _tree_cpu(root: int) -> dict[int, float]:
+    """CPU seconds (user + system, all threads) of process ``root`` and of each of its
+    live descendants, by pid."""
+    stats: dict[int, tuple[int, float]] = {}  # pid: (ppid, cpu)
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -142,23 +142,20 @@ def _tree_cpu(root: int) -> tuple[float, float]:
                 fields = f.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        # after the command: state, ppid, ... utime (14), stime, cutime, cstime
-        ppid = int(fields[1])
-        own = (int(fields[11]) + int(fields[12])) / _TICK
-        reaped = (int(fields[13]) + int(fields[14])) / _TICK
-        stats[int(entry)] = (ppid, own, reaped)
+        # after the command: state, ppid, ... utime (14), stime (15)
+        stats[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICK)
     if root not in stats:
-        return 0.0, 0.0
+        return {}
     children: dict[int, list[int]] = {}
-    for pid, (ppid, _, _) in stats.items():
+    for pid, (ppid, _) in stats.items():
         children.setdefault(ppid, []).append(pid)
-    below = stats[root][2]
+    out = {root: stats[root][1]}
     stack = list(children.get(root, []))
     while stack:
         pid = stack.pop()
-        below += stats[pid][1] + stats[pid][2]
+        out[pid] = stats[pid][1]
         stack.extend(children.get(pid, []))
-    return stats[root][1], below
+    return out
 
 
 def _jvm_pid() -> int:
@@ -177,18 +174,38 @@ def _jvm_pid() -> int:
 
 
 class _Meter:
-    """CPU of one Spark write: the JVM (every thread: task threads, Kafka's sender
-    thread, GC, JIT; local mode, so the driver's too) and the Python workers below it,
-    and the task metrics' executorCpuTime (task threads only) from Spark's REST API."""
+    """CPU of one Spark write: the JVM's (every thread: task threads, Kafka's sender
+    thread, GC, JIT; local mode, so the driver's too) and the Python processes' below
+    it, and the task metrics' executorCpuTime (task threads only) from Spark's REST API.
+
+    The process tree is sampled every 100 ms, and each process counts what it used
+    between its first and last sample: PySpark's daemon ignores SIGCHLD, so a Python
+    worker that exits leaves no trace in its parent's cutime (its last <100 ms is lost).
+    """
 
     def __init__(self, spark: Any) -> None:
         self.spark = spark
         self.jvm = _jvm_pid()
         self.ui = spark.sparkContext.uiWebUrl
         self.app = spark.sparkContext.applicationId
+        self._first: dict[int, float] = {}
+        self._last: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample_loop, daemon=True)
+
+    def _sample(self, first: bool = False) -> None:
+        now = _tree_cpu(self.jvm)
+        if first:
+            self._first = dict(now)
+        for pid, cpu in now.items():
+            self._first.setdefault(pid, 0.0)  # started during the write
+            self._last[pid] = cpu
+
+    def _sample_loop(self) -> None:
+        while not self._stop.wait(0.1):
+            self._sample()
 
     def _task_cpu(self) -> float:
-        import json
         import urllib.request
 
         if not self.ui:
@@ -199,17 +216,22 @@ class _Meter:
         return float(sum(s.get("executorCpuTime", 0) for s in stages)) / 1e9
 
     def __enter__(self) -> _Meter:
-        self.started = time.monotonic()
-        self.jvm0, self.py0 = _tree_cpu(self.jvm)
         self.task0 = self._task_cpu()
+        self._sample(first=True)
+        self.started = time.monotonic()
+        self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.seconds = time.monotonic() - self.started
-        jvm, py = _tree_cpu(self.jvm)
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+        used = {pid: self._last[pid] - self._first[pid] for pid in self._last}
+        self.jvm_cpu = used.pop(self.jvm, 0.0)
+        self.python_cpu = sum(used.values())
         time.sleep(1.0)  # the REST API lags the stage's end a little
         self.task_cpu = self._task_cpu() - self.task0
-        self.jvm_cpu, self.python_cpu = jvm - self.jvm0, py - self.py0
 
 
 def batch(args: argparse.Namespace, bootstrap: str, jars: list[Path]) -> None:
