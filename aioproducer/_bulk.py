@@ -222,7 +222,8 @@ def _same_length(got: int, n: int, what: str, one: str) -> None:
 
 
 def send_many_error(exc: BaseException, i: int, touched: list[ProducerBatch],
-                    firsts: list[int] | None = None) -> BaseException:
+                    firsts: list[int] | None = None,
+                    ends: list[int] | None = None) -> BaseException:
     """What ``send_many()`` raises when record ``i`` failed with ``exc``.
 
     A :class:`SerializationError` becomes one that names the record (``record i``, the
@@ -238,5 +239,5 @@ def send_many_error(exc: BaseException, i: int, touched: list[ProducerBatch],
         err.add_note(f"send_many: records 0..{i - 1} were buffered and will be sent"
                      if i else "send_many: no record was buffered")
     if cancelled:
-        err.send_many_result = SendManyResult(touched, i, firsts)  # type: ignore[attr-defined]
+        err.send_many_result = SendManyResult(touched, i, firsts, ends)  # type: ignore[attr-defined]
     return err

@@ -492,7 +492,8 @@ class Producer:
                          guard: Callable[[], None] | None) -> SendManyResult:
         n = bulk.count
         touched: list[ProducerBatch] = []
-        firsts: list[int] = []  # per touched batch: the index of the call's first record
+        firsts: list[int] = []  # per touched entry: the index of the call's first record
+        ends: list[int] = []  # and the end of the run of the call's records from it
         append_many = self._appender.append_many if self._fast else None
         native: tuple[Any, Any, Any, Any] = (None, None, None, None)
         if append_many is not None:
@@ -503,8 +504,14 @@ class Producer:
             if append_many is not None:
                 if guard is not None and i:
                     guard()  # the loop suspended since the last check
+                done = len(touched)
                 i = append_many(topic, vals, ks, i, partition, timestamp_ms, touched,
                                 hs, tss, n, firsts)
+                # Nothing else ran in append_many: each batch it wrote into holds the
+                # call's records from its first one there to the batch's end now. (The
+                # Python path below may wait, and other sends write in meanwhile.)
+                for k in range(done, len(touched)):
+                    ends.append(touched[k].record_count)
                 if i >= n:
                     break
             try:
@@ -514,16 +521,17 @@ class Producer:
                                      timestamp_ms if bulk.timestamps is None else ts,
                                      headers, guard)
             except BaseException as exc:
-                err = _send_many_error(exc, i, touched, firsts)
+                err = _send_many_error(exc, i, touched, firsts, ends)
                 if err is exc:
                     raise
                 raise err from exc
             touched.append(fut.batch)
             firsts.append(fut.index)
+            ends.append(fut.index + 1)
             i += 1
             if self._state != _RUNNING:
                 self._raise_not_running()
-        return SendManyResult(touched, n, firsts)
+        return SendManyResult(touched, n, firsts, ends)
 
     async def send_and_wait(self, topic: str, value: Any = None, key: Any = None, *,
                             partition: int | None = None, timestamp_ms: int | None = None,

@@ -31,15 +31,29 @@ class SendManyResult:
     __slots__ = ("_batches", "_spans", "count")
 
     def __init__(self, batches: Sequence[ProducerBatch], count: int,
-                 firsts: Sequence[int] | None = None) -> None:
+                 firsts: Sequence[int] | None = None,
+                 ends: Sequence[int] | None = None) -> None:
         self._batches = tuple(dict.fromkeys(batches))  # each batch once, in order
-        # Per batch, the call's records in it: from the first one the call wrote there
-        # to the batch's end now (the call has written all of its records).
-        lo: dict[ProducerBatch, int] = {}
+        # Per batch, the call's records in it: each run of them is ``firsts[k]`` up to
+        # ``ends[k]`` for ``batches[k]`` (a batch may have several runs: other sends can
+        # write into it while the call waits on the Python path); without ``ends``,
+        # from the call's first record there to the batch's end now.
+        runs: dict[ProducerBatch, list[tuple[int, int]]] = {}
         if firsts is not None:
-            for batch, first in zip(batches, firsts, strict=True):
-                lo[batch] = min(first, lo.get(batch, first))
-        self._spans = tuple((b, lo.get(b, 0), b.record_count) for b in self._batches)
+            if ends is None:
+                ends = [b.record_count for b in batches]
+            for batch, first, end in zip(batches, firsts, ends, strict=True):
+                runs.setdefault(batch, []).append((first, end))
+        spans: list[tuple[ProducerBatch, int, int]] = []
+        for b in self._batches:
+            merged: list[tuple[int, int]] = []
+            for lo, hi in sorted(runs.get(b) or [(0, b.record_count)]):
+                if merged and lo <= merged[-1][1]:
+                    merged[-1] = (merged[-1][0], max(hi, merged[-1][1]))
+                else:
+                    merged.append((lo, hi))
+            spans.extend((b, lo, hi) for lo, hi in merged)
+        self._spans = tuple(spans)
         self.count = count
         """Records appended by the call."""
 
@@ -64,7 +78,14 @@ class SendManyResult:
         """``(topic, partition, error)`` of each error of the call's records so far
         (see ``ProducerBatch.failures``: per-record errors, and the pieces a split batch's
         records moved to, included)."""
-        return [f for b, lo, hi in self._spans for f in b.failures(lo, hi)]
+        out: list[tuple[str, int, BaseException]] = []
+        seen: set[tuple[int, int]] = set()  # an error of a batch once, for all its runs
+        for b, lo, hi in self._spans:
+            for f in b.failures(lo, hi):
+                if (id(b), id(f[2])) not in seen:
+                    seen.add((id(b), id(f[2])))
+                    out.append(f)
+        return out
 
     def failed_count(self) -> int:
         """How many of the call's records have failed so far."""

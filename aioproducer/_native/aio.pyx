@@ -161,13 +161,24 @@ cdef class ProducerBatch(CoreBatch):
 def run_callbacks(loop, list due):
     """Run the done-callbacks of a completed batch's record futures, in the order they
     were added, each in its own context; one that raises is reported to the loop's
-    exception handler (as asyncio does for a callback) and the others still run."""
-    for entry in due:
-        fut = (<tuple>entry)[0]
-        for cb in (<tuple>entry)[1]:
+    exception handler (as asyncio does for a callback) and the others still run. One
+    that raises SystemExit or KeyboardInterrupt stops the loop, and the ones after it
+    are scheduled again first, as asyncio's queued Handles would run later."""
+    cdef Py_ssize_t i, j
+    cdef list cbs, rest
+    for i in range(len(due)):
+        fut = (<tuple>due[i])[0]
+        cbs = (<tuple>due[i])[1]
+        for j in range(len(cbs)):
+            cb = cbs[j]
             try:
                 (<tuple>cb)[1].run((<tuple>cb)[0], fut)
             except (SystemExit, KeyboardInterrupt):
+                rest = due[i + 1:]
+                if j + 1 < len(cbs):
+                    rest.insert(0, (fut, cbs[j + 1:]))
+                if rest:
+                    loop.call_soon(run_callbacks, loop, rest)
                 raise
             except BaseException as exc:
                 loop.call_exception_handler({

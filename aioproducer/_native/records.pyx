@@ -269,6 +269,13 @@ cdef class CoreBatch:
         # ``with_tb``. A split batch answers through the children holding those records.
         cdef CoreBatch child
         cdef int32_t off, cnt
+        cdef Py_ssize_t own = 0
+        if lo < 0:
+            lo = 0
+        if hi > self.builder.count:
+            hi = self.builder.count
+        if lo >= hi:
+            return 0  # no record asked about
         if self.children is not None:
             for c in self.children:
                 child = <CoreBatch>c
@@ -289,8 +296,10 @@ cdef class CoreBatch:
         if self.record_errors_:
             for index in sorted(self.record_errors_):
                 if lo <= index < hi:
+                    own += 1
                     self.add_failure(out, seen, with_tb, self.record_errors_[index])
-            if self.error_ is not None and len(self.record_errors_) < self.builder.count:
+            if self.error_ is not None and own < hi - lo:
+                # (only if one of these records has no error of its own)
                 self.add_failure(out, seen, with_tb, self.error_)
         elif self.error_ is not None:
             self.add_failure(out, seen, with_tb, self.error_)
@@ -302,6 +311,12 @@ cdef class CoreBatch:
         cdef CoreBatch child
         cdef int32_t off, cnt
         cdef Py_ssize_t n = 0
+        if lo < 0:
+            lo = 0
+        if hi > self.builder.count:
+            hi = self.builder.count
+        if lo >= hi:
+            return 0  # no record asked about
         if self.children is not None:
             for c in self.children:
                 child = <CoreBatch>c
@@ -315,9 +330,15 @@ cdef class CoreBatch:
                 elif self.result.done() and self.error_ is not None:
                     n += min(hi, off + cnt) - max(lo, off)
             return n
-        if self.result.done() and self.error_ is not None:
-            return min(hi, self.builder.count) - max(lo, 0)
-        return 0
+        if not self.result.done():
+            return 0
+        if self.error_ is not None:
+            return hi - lo
+        if self.record_errors_:  # (errors of their own, and no batch error)
+            for index in self.record_errors_:
+                if lo <= index < hi:
+                    n += 1
+        return n
 
     cdef int add_failure(self, list out, set seen, bint with_tb, object err) except -1:
         if id(err) in seen:

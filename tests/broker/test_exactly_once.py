@@ -281,6 +281,37 @@ async def test_oversized_record_among_small_ones_fails_alone(kafka_bootstrap: st
     assert [int(m.value or b"-1") for m in consumed] == expected
 
 
+async def test_send_many_does_not_answer_for_a_send_made_while_it_waited(
+        kafka_bootstrap: str, topic_factory: Any) -> None:
+    """A keyed send_many() writes into partition 1's open batch, then waits (its
+    partition-0 batch is full: the Python path yields once per new batch with
+    linger_ms), and meanwhile another task's send() of a record over the topic's
+    max.message.bytes lands in that same partition-1 batch. The batch is refused and
+    split; only the other record fails. The call wrote all of its records, so it
+    succeeds: its span of the batch ends where its own records end (it used to run to
+    the batch's end when the call returned, taking in the other task's record)."""
+    from aioproducer._native.murmur2 import murmur2_partition
+
+    topic = topic_factory(partitions=2, config={"max.message.bytes": "2000"})
+    key0 = next(k for k in (b"k%d" % i for i in range(100)) if murmur2_partition(k, 2) == 0)
+    key1 = next(k for k in (b"k%d" % i for i in range(100)) if murmur2_partition(k, 2) == 1)
+    big = random.Random(5).randbytes(2500)  # fits the batch, not the topic
+    async with Producer(bootstrap_servers=kafka_bootstrap, linger_ms=200, batch_size=4000,
+                        **BOUNDED) as producer:
+        await producer.send_and_wait(topic, WARM_UP, partition=0)  # metadata known
+        other = asyncio.create_task(producer.send(topic, big, partition=1))
+        result = await producer.send_many(topic, [b"x" * 50] * 150,
+                                          [key1] + [key0] * 149)
+        intruder = await other
+        # the scenario: the other record is in the call's partition-1 batch
+        assert intruder.batch in [b for b, _lo, _hi in result._spans], "not interleaved"
+        outcome = await asyncio.wait_for(
+            asyncio.gather(result, intruder, return_exceptions=True), BOUND * 3)
+    assert isinstance(outcome[1], KafkaError) and "MESSAGE_TOO_LARGE" in str(outcome[1])
+    assert outcome[0] == 150, outcome[0]
+    assert result.failures() == [] and result.failed_count() == 0
+
+
 # -- 3 -------------------------------------------------------------------------------
 
 

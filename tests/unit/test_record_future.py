@@ -776,6 +776,129 @@ async def test_parent_completed_on_its_own_answers_for_pending_children() -> Non
     complete(c1, 0)
 
 
+async def test_send_many_result_counts_only_the_runs_of_the_call() -> None:
+    """A call's records in a batch may be several runs (another send wrote into the
+    batch while the call waited on the Python path): only the runs count, and an error
+    shared by several of them is listed once."""
+    batch = new_batch(6)
+    c1, c2, c3 = split(batch, [2, 2, 2])  # the call wrote 0-1 and 4-5; 2-3 are others'
+    finish(c1, 10)
+    finish(c2, -1, RuntimeError("the other send's records"))
+    finish(c3, 30)
+    result = SendManyResult([batch, batch], 4, [0, 4], [2, 6])
+    assert result._spans == ((batch, 0, 2), (batch, 4, 6))
+    assert await result == 4
+    assert result.failures() == [] and result.failed_count() == 0
+    # adjacent runs are one; without ends, a run goes to the batch's end
+    assert SendManyResult([batch, batch], 3, [0, 2], [2, 3])._spans == ((batch, 0, 3),)
+    assert SendManyResult([batch], 2, [4])._spans == ((batch, 4, 6),)
+
+    whole = RuntimeError("the whole batch")
+    failed = new_batch(6)
+    complete(failed, -1, whole)
+    result = SendManyResult([failed, failed], 4, [0, 4], [2, 6])
+    assert result.failures() == [(TP[0], TP[1], whole)]  # once, not once per run
+    assert result.failed_count() == 4
+    with pytest.raises(RuntimeError, match="the whole batch"):
+        await result
+
+
+async def test_ranged_failures_with_record_errors() -> None:
+    """failures(lo, hi), first_failure(lo, hi) and failed_count(lo, hi) answer for the
+    records lo..hi-1 only: with KIP-467 errors, the batch's error is one of them only if
+    one of those records has no error of its own (as failures() of the whole batch);
+    an empty range has none. Also through nested splits, for a range that ends inside
+    a child, and in a SendManyResult."""
+    batch = new_batch(4)
+    e0, e2 = ValueError("record 0"), ValueError("record 2")
+    whole = RuntimeError("the batch")
+    batch.record_errors = {0: e0, 2: e2}
+    complete(batch, -1, whole)
+
+    def errors(b: ProducerBatch, lo: int, hi: int) -> list[BaseException]:
+        return [e for _t, _p, e in b.failures(lo, hi)]
+
+    assert errors(batch, 0, 1) == [e0]
+    assert errors(batch, 2, 3) == [e2]
+    assert errors(batch, 1, 2) == [whole]
+    assert errors(batch, 0, 3) == [e0, e2, whole]
+    assert errors(batch, 3, 3) == [] and errors(batch, 4, -1) == []
+    first = batch.first_failure(2, 3)
+    assert first is not None and first[0] is e2
+    assert batch.first_failure(3, 3) is None
+    assert [batch.failed_count(lo, hi) for lo, hi in ((0, 1), (0, 4), (3, 3), (4, -1))] \
+        == [1, 4, 0, 0]
+    assert batch.failed_count(3, 1) == 0  # (an inverted range is empty too)
+
+    # record errors without a batch error (each of those records fails with its own)
+    only = new_batch(3)
+    only.record_errors = {1: e0}
+    complete(only, 7)
+    assert [f.exception() for f in futures_of(only)] == [None, e0, None]
+    assert only.failed_count() == 1 and only.failed_count(1, 2) == 1
+    assert only.failed_count(2, 3) == 0
+
+    # nested: root 0..5 -> c1 (0..3) -> c11 (0), c12 (1..3, its record 1 is root's 2)
+    root = new_batch(6)
+    c1, c2 = split(root, [4, 2])
+    c11, c12 = split(c1, [1, 3])
+    bad = ValueError("root's record 2")
+    c12.record_errors = {1: bad}
+    finish(c12, -1, RuntimeError("c12's other records"))
+    finish(c11, 110)
+    finish(c2, 200)
+    assert errors(root, 2, 3) == [bad]  # a range ending inside c12
+    assert errors(root, 0, 1) == [] and errors(root, 3, 5) == [c12.error]
+    assert errors(root, 0, 3) == [bad, c12.error]
+    assert [root.failed_count(lo, hi) for lo, hi in ((2, 3), (0, 3), (0, 6), (4, 6))] \
+        == [1, 2, 3, 0]
+    result = SendManyResult([root], 2, [2], [3])
+    assert result.failures() == [(TP[0], TP[1], bad)] and result.failed_count() == 1
+    with pytest.raises(ValueError, match="root's record 2"):
+        await result
+
+
+async def test_callbacks_after_one_raising_system_exit_still_run() -> None:
+    """A done-callback that raises SystemExit or KeyboardInterrupt stops the loop, as
+    in asyncio; the other callbacks of the batch's records still run when the loop runs
+    again, as those of asyncio futures do (their Handles stay queued): a task waiting
+    in asyncio.wait() on one of those records would hang otherwise."""
+
+    def scenario(kind: type[BaseException]) -> list[str]:
+        loop = asyncio.new_event_loop()
+        try:
+            pool = BufferPool(1 << 20, 16384)
+            block = pool.try_allocate(16384)
+            assert block is not None
+            batch = ProducerBatch(TP, block, loop.create_future(), time.monotonic())
+            for i in range(2):
+                batch.builder.append(TS + i, None, b"v%d" % i, None)
+            futs = futures_of(batch)
+            ran: list[str] = []
+
+            def stop(_f: RecordFuture) -> None:
+                raise kind()
+
+            futs[0].add_done_callback(lambda _f: ran.append("first"))
+            futs[0].add_done_callback(stop)
+            futs[0].add_done_callback(lambda _f: ran.append("after, same record"))
+            futs[1].add_done_callback(lambda _f: ran.append("other record"))
+            complete(batch, 0)
+            loop.call_soon(loop.stop)
+            with pytest.raises(kind):
+                loop.run_forever()
+            assert ran == ["first"]
+            loop.call_soon(loop.stop)
+            loop.run_forever()  # the loop runs again
+            return ran
+        finally:
+            loop.close()
+
+    for kind in (SystemExit, KeyboardInterrupt):
+        assert await asyncio.to_thread(scenario, kind) == [
+            "first", "after, same record", "other record"], kind
+
+
 async def test_set_children_and_child_done_are_checked() -> None:
     parent = new_batch(4)
     with pytest.raises(ValueError, match="records"):
