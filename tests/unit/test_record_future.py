@@ -393,6 +393,30 @@ async def test_await_under_a_trace_function_and_after_a_spurious_wakeup() -> Non
     assert stop.value.value.offset == 11
 
 
+async def test_await_iterator_driven_by_hand() -> None:
+    """``fut.__await__()`` is the future itself, an iterator: next() steps it (the
+    waiter to block on, then StopIteration with the metadata). It has no
+    send/throw/close: with them, ``collections.abc.Coroutine`` would take it for a
+    coroutine, which ``asyncio.wait()`` refuses. (Generator-based coroutines, the other
+    users of that protocol, are gone since Python 3.11.)"""
+    import collections.abc
+
+    batch = new_batch(2)
+    futs = futures_of(batch)
+    it = futs[0].__await__()
+    assert isinstance(next(it), asyncio.Future)
+    assert not isinstance(futs[0], collections.abc.Coroutine)
+    assert not asyncio.iscoroutine(futs[0]) and asyncio.isfuture(futs[0])
+
+    complete(batch, 7)
+    with pytest.raises(StopIteration) as stop:
+        next(futs[1].__await__())
+    assert stop.value.value.offset == 8
+    with pytest.raises(StopIteration) as stop:
+        next(futs[0].__await__())
+    assert stop.value.value.offset == 7
+
+
 # -- callbacks ---------------------------------------------------------------------------
 
 
