@@ -96,6 +96,18 @@ __all__ = ["AioproducerDataSource", "CommitLogError", "PublishError", "RecordPub
 
 log = logging.getLogger("aioproducer.spark_source")
 
+
+def _report(event: str, counts: Mapping[str, Any]) -> None:
+    """An INFO record ``format("aioproducer") <event>: <JSON counts>`` on this module's
+    logger. These run in Spark's Python workers (tasks, and the driver's commit), which
+    are Spark's processes, not the application's: the logger is set to INFO there
+    unless something set its level, so that Spark's Python worker logging
+    (``spark.sql.pyspark.worker.logging.enabled``, read back with
+    ``spark.tvf.python_worker_logs()``) keeps the records. Without it they go nowhere."""
+    if log.level == logging.NOTSET:
+        log.setLevel(logging.INFO)
+    log.info("format(\"aioproducer\") %s: %s", event, json.dumps(dict(counts)))
+
 _SINK_COLUMNS = ("value", "key", "topic", "partition", "headers")
 _REFUSED = ("key.serializer", "value.serializer", "transactional.id")
 _BATCH_ID = "streaming.sql.batchId"
@@ -461,7 +473,17 @@ def _write_rows(s: _Settings, iterator: Iterator[pa.RecordBatch], batch_id: int
             yield from iterator
 
     tid = None if s.txn_prefix is None else f"{s.txn_prefix}-{partition}"
-    tally, handle = _run_task(s, batches(), tid, fail)
+    try:
+        tally, handle = _run_task(s, batches(), tid, fail)
+    except PublishError as exc:
+        _report("task failed", {"partition": partition, "attempt": attempt,
+                                "batch_id": batch_id, "transactional_id": tid,
+                                "error": type(exc).__name__, "message": str(exc)})
+        raise
+    _report("task written", {"partition": partition, "attempt": attempt,
+                             "batch_id": batch_id, "records": tally.records,
+                             "bytes": tally.bytes, "failures": tally.failures,
+                             "transactional_id": tid})
     message = TxnMessage(tally.records, tally.bytes, tally.failures, partition,
                          batch_id=batch_id)
     if handle is not None:
@@ -496,8 +518,7 @@ class _BatchWriter(DataSourceArrowWriter):
         txns = _transactions(messages)
         if txns:
             asyncio.run(_end(self.settings.options, txns, commit=True))
-        log.info("format(\"aioproducer\"): %s", {**_totals(messages),
-                                                 "transactions": len(txns)})
+        _report("write committed", {**_totals(messages), "transactions": len(txns)})
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         txns = _transactions(messages)
@@ -610,7 +631,7 @@ class _StreamWriter(DataSourceStreamArrowWriter):
                                "aioproducer.test.crashAfterCommit)")
         summary = {"batch_id": batchId, "transactions": len(txns), **_totals(messages)}
         _write_atomic(_done_path(s.commit_log, batchId), json.dumps(summary))
-        log.info("format(\"aioproducer\"): micro-batch committed: %s", summary)
+        _report("micro-batch committed", summary)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         s = self.settings

@@ -61,6 +61,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="measured micro-batches per step (stream scenario)")
     p.add_argument("--seed", type=int, default=None, help="kill points (default: random)")
     p.add_argument("--final-batches", type=int, default=3)
+    p.add_argument("--kill-format", action="append", choices=FORMATS, default=[],
+                   help="kill scenario: only this sink (repeatable; default both)")
     p.add_argument("--bootstrap", default=os.environ.get("AIOPRODUCER_BOOTSTRAP"))
     args = p.parse_args(argv)
     args.scenario = args.scenario or ["batch", "kill"]
@@ -659,7 +661,7 @@ def count_values(values: list[bytes | None]) -> tuple[int, int, int, int]:
 def kill(args: argparse.Namespace, bootstrap: str, jars: list[Path]) -> None:
     seed = args.seed if args.seed is not None else time.time_ns() % 100_000
     print(f"kill: seed={seed}", flush=True)
-    for fmt in FORMATS:
+    for fmt in args.kill_format or FORMATS:
         topic = _create_topic(bootstrap, 2)
         run = run_kill_scenario(fmt, bootstrap, topic, seed, jars,
                                 final_batches=args.final_batches)

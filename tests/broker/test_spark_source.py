@@ -168,6 +168,50 @@ def test_batch_exactly_once_failed_job_aborts_every_transaction(
     assert all(values[str(i).encode()] >= 1 for i in range(10))  # written, aborted
 
 
+@pytest.mark.slow  # a Spark session
+def test_counts_reach_sparks_python_worker_logs(spark: Any, kafka_bootstrap: str,
+                                                topic_factory: TopicFactory) -> None:
+    """The Python Data Source API has no metrics hook: each task's counts (and a failed
+    attempt) and the driver's totals are INFO records of logger aioproducer.spark_source,
+    which Spark's Python worker logging keeps (spark.tvf.python_worker_logs())."""
+    import datetime
+
+    topic = topic_factory(partitions=2)
+    prefix = f"logs-{topic}"
+    n = 3000
+    df = spark.range(0, n, numPartitions=3).selectExpr("cast(id AS string) AS value")
+    since = datetime.datetime.now() - datetime.timedelta(seconds=1)
+    spark.conf.set("spark.sql.pyspark.worker.logging.enabled", "true")
+    try:
+        _exactly_once_batch(df, kafka_bootstrap, topic,
+                            **{"transactional.id.prefix": prefix,
+                               "aioproducer.test.failAfterWrite": "0:2"})
+        rows = (spark.tvf.python_worker_logs()
+                .filter(pyspark_sql.functions.col("logger") == "aioproducer.spark_source")
+                .filter(pyspark_sql.functions.col("ts") >= since).collect())
+    finally:
+        spark.conf.unset("spark.sql.pyspark.worker.logging.enabled")
+    events: list[tuple[str, dict[str, Any]]] = []
+    for r in rows:
+        assert r["level"] == "INFO", r
+        found = re.fullmatch(r'format\("aioproducer"\) ([a-z -]+): (\{.*\})', r["msg"])
+        assert found, r["msg"]
+        events.append((found.group(1), json.loads(found.group(2))))
+    tasks = sorted((e["partition"], e["attempt"], e["records"], e["failures"])
+                   for name, e in events if name == "task written"
+                   and e["transactional_id"].startswith(prefix))
+    assert tasks == [(0, 0, 1000, 0), (1, 0, 1000, 0), (2, 1, 1000, 0)]  # 2.0 failed
+    failed = [e for name, e in events if name == "task failed"
+              and e["transactional_id"] == f"{prefix}-2"]
+    assert [(e["attempt"], e["error"]) for e in failed] == [(0, "PublishError")]
+    assert "injected failure after writing" in failed[0]["message"]
+    totals = [e for name, e in events if name == "write committed"]
+    assert {"records": n, "bytes": sum(len(str(i)) for i in range(n)), "failures": 0,
+            "tasks": 3, "transactions": 3} in totals
+    assert len(consume_all(kafka_bootstrap, topic, n, timeout=30,
+                           isolation="read_committed")) == n
+
+
 def test_exactly_once_option_is_checked() -> None:
     schema = pyspark_sql.types.StructType([pyspark_sql.types.StructField(
         "value", pyspark_sql.types.BinaryType())])
