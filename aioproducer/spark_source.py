@@ -88,11 +88,13 @@ from .spark import (
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from pyspark.accumulators import Accumulator
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
 __all__ = ["AioproducerDataSource", "CommitLogError", "PublishError", "RecordPublishError",
-           "SchemaError", "TaskReport", "TransactionLostError", "TxnMessage", "register"]
+           "SchemaError", "TaskReport", "TransactionLostError", "TxnMessage", "WriteCounters",
+           "register"]
 
 log = logging.getLogger("aioproducer.spark_source")
 
@@ -153,9 +155,47 @@ class CommitLogError(PublishError):
     """The exactly-once commit log (under ``checkpointLocation``) cannot be used."""
 
 
-def register(spark: SparkSession) -> None:
-    """Make ``format("aioproducer")`` available in ``spark``."""
-    spark.dataSource.register(AioproducerDataSource)
+@dataclasses.dataclass(frozen=True)
+class WriteCounters:
+    """Driver-side totals of the ``format("aioproducer")`` writes of one SparkSession
+    (what :func:`register` returns): Spark accumulators that every task adds its counts
+    to. Spark keeps the updates of successful task attempts only, so a retried task
+    counts once. Read them on the driver (``counters.records.value``) after a write;
+    they add up over the session's writes (set ``.value = 0`` to start again)."""
+
+    records: Accumulator[int]
+    """Rows written (handed to the producer and acknowledged) by successful tasks.
+    Exactly-once writes count them before the driver commits: a transaction then lost
+    (:class:`TransactionLostError`) is counted all the same."""
+    bytes: Accumulator[int]
+    """Key, value and header bytes of those rows."""
+
+    def add(self, records: int, nbytes: int) -> None:
+        self.records.add(records)
+        self.bytes.add(nbytes)
+
+
+def register(spark: SparkSession) -> WriteCounters | None:
+    """Make ``format("aioproducer")`` available in ``spark``; returns its
+    :class:`WriteCounters` (None on Spark Connect, which has no accumulators)."""
+    try:
+        sc = spark.sparkContext
+    except Exception:  # Spark Connect: no SparkContext
+        spark.dataSource.register(AioproducerDataSource)
+        return None
+    counters = WriteCounters(sc.accumulator(0), sc.accumulator(0))
+    spark.dataSource.register(_counted(counters))
+    return counters
+
+
+def _counted(counters: WriteCounters) -> type[AioproducerDataSource]:
+    """The data source with ``counters`` (a class defined here is pickled by value, with
+    its accumulators, to the Python workers that plan and run the write)."""
+
+    class CountedDataSource(AioproducerDataSource):
+        _counters = counters
+
+    return CountedDataSource
 
 
 @dataclasses.dataclass
@@ -191,6 +231,7 @@ class _Settings:
     commit_log: str | None = None
     fail_once: tuple[int, int] | None = None
     crash_after_commit: int | None = None
+    counters: WriteCounters | None = None
 
 
 _EXACTLY_ONCE = "exactlyOnce"
@@ -480,6 +521,8 @@ def _write_rows(s: _Settings, iterator: Iterator[pa.RecordBatch], batch_id: int
                                 "batch_id": batch_id, "transactional_id": tid,
                                 "error": type(exc).__name__, "message": str(exc)})
         raise
+    if s.counters is not None:
+        s.counters.add(tally.records, tally.bytes)
     _report("task written", {"partition": partition, "attempt": attempt,
                              "batch_id": batch_id, "records": tally.records,
                              "bytes": tally.bytes, "failures": tally.failures,
@@ -656,8 +699,17 @@ class AioproducerDataSource(DataSource):
         if overwrite:  # as Spark's Kafka sink: a topic cannot be overwritten
             raise ConfigError("save mode overwrite is not allowed for Kafka: records are "
                               "only ever appended; use mode('append')")
-        return _BatchWriter(_parse(self.options, schema, streaming=False))
+        return _BatchWriter(self._settings(schema, streaming=False))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> _StreamWriter:
-        return _StreamWriter(_parse(self.options, schema, streaming=True))
+        return _StreamWriter(self._settings(schema, streaming=True))
+
+    _counters: WriteCounters | None = None
+    """Set by :func:`register` on the subclass it registers."""
+
+    def _settings(self, schema: StructType, streaming: bool) -> _Settings:
+        settings = _parse(self.options, schema, streaming=streaming)
+        if self._counters is None:
+            return settings
+        return dataclasses.replace(settings, counters=self._counters)
 

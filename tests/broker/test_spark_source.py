@@ -212,6 +212,28 @@ def test_counts_reach_sparks_python_worker_logs(spark: Any, kafka_bootstrap: str
                            isolation="read_committed")) == n
 
 
+@pytest.mark.slow  # a Spark session
+def test_write_counters_count_successful_attempts_once(spark: Any, kafka_bootstrap: str,
+                                                       topic_factory: TopicFactory) -> None:
+    """register() returns accumulators the tasks add their rows and bytes to; Spark
+    keeps the updates of successful attempts only: partition 1's failed first attempt
+    (which had written its rows) is not counted."""
+    counters = spark_source.register(spark)  # registers format("aioproducer") again
+    assert counters is not None
+    topic = topic_factory(partitions=2)
+    n = 3000
+    df = spark.range(0, n, numPartitions=3).selectExpr("cast(id AS string) AS value")
+    nbytes = sum(len(str(i)) for i in range(n))
+    _exactly_once_batch(df, kafka_bootstrap, topic,
+                        **{"aioproducer.test.failAfterWrite": "0:1"})
+    assert (counters.records.value, counters.bytes.value) == (n, nbytes)
+    (df.write.format("aioproducer").option("kafka.bootstrap.servers", kafka_bootstrap)
+     .option("topic", topic).mode("append").save())
+    assert (counters.records.value, counters.bytes.value) == (2 * n, 2 * nbytes)
+    assert len(consume_all(kafka_bootstrap, topic, 2 * n, timeout=30,
+                           isolation="read_committed")) == 2 * n
+
+
 def test_exactly_once_option_is_checked() -> None:
     schema = pyspark_sql.types.StructType([pyspark_sql.types.StructField(
         "value", pyspark_sql.types.BinaryType())])
