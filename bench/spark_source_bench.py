@@ -70,14 +70,37 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+_CREATED: list[str] = []
+"""Topics this run created and has not dropped yet (dropped at the end, whatever
+happens: 10,000,000 rows are a gigabyte or more of broker disk each)."""
+
+
 def _create_topic(bootstrap: str, partitions: int) -> str:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     name = f"bench-src-{uuid.uuid4().hex[:10]}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
+    _CREATED.append(name)
     time.sleep(1.0)
     return name
+
+
+def _drop_topics(bootstrap: str, topics: list[str] | None = None) -> None:
+    """Delete ``topics`` (default: every topic this run created and still holds)."""
+    from confluent_kafka.admin import AdminClient
+
+    names = list(_CREATED if topics is None else topics)
+    if not names:
+        return
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for name, future in admin.delete_topics(names, operation_timeout=60).items():
+        try:
+            future.result(60)
+        except Exception as exc:  # reported, not fatal: the figures are already out
+            print(f"bench: could not delete topic {name}: {exc}", file=sys.stderr)
+        if name in _CREATED:
+            _CREATED.remove(name)
 
 
 def _read_all(bootstrap: str, topic: str, isolation: str = "read_committed"
@@ -271,6 +294,7 @@ def batch(args: argparse.Namespace, bootstrap: str, jars: list[Path]) -> None:
               flush=True)
     finally:
         spark.stop()
+        _drop_topics(bootstrap)
 
 
 SINKS = {
@@ -356,12 +380,14 @@ def throughput(args: argparse.Namespace, bootstrap: str, jars: list[Path]) -> No
             for _ in range(2):
                 for fmt, extra in SINKS.values():
                     _write(warm, fmt, extra, bootstrap, _create_topic(bootstrap, 1))
+            _drop_topics(bootstrap)
             for rep in range(args.reps):
                 for name, (fmt, extra) in SINKS.items():
                     topic = _create_topic(bootstrap, args.topic_partitions)
                     with _Meter(spark) as m:
                         _write(df, fmt, extra, bootstrap, topic)
                     held = args.records if fmt == "noop" else _held(bootstrap, topic)
+                    _drop_topics(bootstrap, [topic])
                     ok = held == args.records
                     row = {"seconds": m.seconds, "rows_per_s": args.records / m.seconds,
                            "jvm_cpu": m.jvm_cpu, "python_cpu": m.python_cpu,
@@ -450,6 +476,7 @@ def _stream_step(spark: Any, bootstrap: str, fmt: str, extra: dict[str, str],
         measured = progress[2:2 + batches]
     finally:
         query.stop()
+        _drop_topics(bootstrap, [topic])
     durations = [p["durationMs"]["triggerExecution"] / 1000 for p in measured]
     rows = sum(p["numInputRows"] for p in measured)
     wall = sum(max(1.0, d) for d in durations)  # a 1 s trigger: a batch every second
@@ -685,6 +712,7 @@ def kill(args: argparse.Namespace, bootstrap: str, jars: list[Path]) -> None:
         print(f"kill {fmt}: {rows:,} records read_committed ({distinct:,} distinct values): "
               f"{dups:,} duplicates, {missing:,} missing; kills {run.kills}, task failure "
               f"injected: {run.failure_injected}; {run.seconds:.0f} s", flush=True)
+        _drop_topics(bootstrap, [topic])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -697,14 +725,17 @@ def main(argv: list[str] | None = None) -> int:
 
     jars = ensure_spark_kafka_jars()
     with broker(args.bootstrap) as (bootstrap, _desc):
-        if "batch" in args.scenario:
-            batch(args, bootstrap, jars)
-        if "throughput" in args.scenario:
-            throughput(args, bootstrap, jars)
-        if "stream" in args.scenario:
-            stream(args, bootstrap, jars)
-        if "kill" in args.scenario:
-            kill(args, bootstrap, jars)
+        try:
+            if "batch" in args.scenario:
+                batch(args, bootstrap, jars)
+            if "throughput" in args.scenario:
+                throughput(args, bootstrap, jars)
+            if "stream" in args.scenario:
+                stream(args, bootstrap, jars)
+            if "kill" in args.scenario:
+                kill(args, bootstrap, jars)
+        finally:
+            _drop_topics(bootstrap)
     return 0
 
 
