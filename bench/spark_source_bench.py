@@ -599,6 +599,12 @@ def _kill_child(spec: dict[str, Any]) -> None:
             done = now
             print("batch", flush=True)
         time.sleep(0.05)
+    # Stop between micro-batches: a stop that interrupted the driver's commit() could
+    # leave one task's transaction committed and another's open, with no restart to
+    # commit it (values would then be missing below the largest one).
+    stop_by = time.monotonic() + 10
+    while query.status["isTriggerActive"] and time.monotonic() < stop_by:
+        time.sleep(0.005)
     query.stop()
     spark.stop()
 

@@ -285,6 +285,12 @@ def _run_stream(spark: Any, bootstrap: str, topic: str, checkpoint: Path,
             done = sum(1 for p in progress if p["numInputRows"] > 0)
             time.sleep(0.2)
     finally:
+        # Between micro-batches: a stop during the driver's commit() could leave one
+        # task's transaction committed and the other's open (nothing restarts to
+        # commit it), and the values would not be contiguous.
+        stop_by = time.monotonic() + 10
+        while query.status["isTriggerActive"] and time.monotonic() < stop_by:
+            time.sleep(0.005)
         query.stop()
 
 
