@@ -354,9 +354,8 @@ def throughput(args: argparse.Namespace, bootstrap: str, jars: list[Path]) -> No
     import aioproducer.spark_source as source
 
     if len(args.data) > 1:
-        # A process (so a JVM) per data set: in one JVM, the first writes of the
-        # second data set ran with up to 50 % more JVM CPU than its later ones (the
-        # JIT's code for the Arrow conversion was compiled for the first one's shape).
+        # A process (so a JVM) per data set: each data set starts from a fresh JVM,
+        # its JIT compiled for that data set's writes only.
         for data in args.data:
             code = subprocess.call(
                 [sys.executable, "-m", "bench.spark_source_bench", "--scenario",
