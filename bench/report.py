@@ -381,15 +381,39 @@ def main(argv: list[str] | None = None) -> int:
                                             "again from its raw records.")
     p.add_argument("json", nargs="?", type=Path,
                    default=Path(__file__).resolve().parent / "results" / "latest.json")
+    p.add_argument("--into", type=Path, default=None,
+                   help="a Markdown file whose part between the lines "
+                        f"{BEGIN!r} and {END!r} is replaced by the report (its headings one "
+                        "level down), instead of printing it")
     args = p.parse_args(argv)
     raw = json.loads(args.json.read_text())
     runs = raw["runs"]
     names = raw.get("scenarios") or list(dict.fromkeys(r["scenario"] for r in runs))
     scenarios = [SCENARIOS[n] for n in names if n in SCENARIOS]
     clients = raw.get("clients") or list(dict.fromkeys(r["client"] for r in runs))
-    sys.stdout.write(render(raw["meta"], scenarios, raw["records_by_scenario"], runs,
-                            raw.get("skipped_scenarios", {}), clients))
+    text = render(raw["meta"], scenarios, raw["records_by_scenario"], runs,
+                  raw.get("skipped_scenarios", {}), clients)
+    if args.into is None:
+        sys.stdout.write(text)
+        return 0
+    args.into.write_text(embed(args.into.read_text(), text))
     return 0
+
+
+BEGIN = "<!-- bench-results:begin -->"
+END = "<!-- bench-results:end -->"
+
+
+def embed(document: str, report: str) -> str:
+    """``document`` with its part between the BEGIN and END marker lines replaced by
+    ``report``, every heading one level down (ValueError without both markers)."""
+    head, sep, rest = document.partition(BEGIN + "\n")
+    _old, sep2, tail = rest.partition(END)
+    if not sep or not sep2:
+        raise ValueError(f"the document needs a line {BEGIN!r} and, after it, {END!r}")
+    lines = [("#" + line) if line.startswith("#") else line
+             for line in report.rstrip("\n").split("\n")]
+    return head + sep + "\n".join(lines) + "\n" + sep2 + tail
 
 
 if __name__ == "__main__":

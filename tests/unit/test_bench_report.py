@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -109,3 +111,16 @@ def test_warmup_is_small_and_rendering_again_from_json(tmp_path: Path) -> None:
     with contextlib.redirect_stdout(out):
         assert report.main([str(path)]) == 0
     assert out.getvalue() == md
+
+
+def test_embed_replaces_only_the_marked_part() -> None:
+    from bench.report import BEGIN, END, embed
+
+    doc = f"# Bench\n\nintro\n\n{BEGIN}\nold table\n{END}\n\n## After\n"
+    out = embed(doc, "## Benchmark results\n\n### `nokey`\n\n| a |\n")
+    assert out == (f"# Bench\n\nintro\n\n{BEGIN}\n### Benchmark results\n\n#### `nokey`\n\n"
+                   f"| a |\n{END}\n\n## After\n")
+    again = embed(out, "## Again\n")
+    assert again == f"# Bench\n\nintro\n\n{BEGIN}\n### Again\n{END}\n\n## After\n"
+    with pytest.raises(ValueError):
+        embed("no markers", "x")
