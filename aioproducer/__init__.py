@@ -5,6 +5,8 @@
         metadata = await fut
 """
 
+from typing import TYPE_CHECKING, Any
+
 from . import _native  # noqa: F401  (fails with a clear message if the core is not built)
 from .config import ConfigIgnoredWarning, ProducerConfig
 from .errors import (
@@ -40,7 +42,19 @@ from .interceptors import ProducerInterceptor, ProducerRecord
 from .metrics import MetricsSnapshot
 from .producer import Producer
 from .record import RecordFuture, RecordMetadata, SendManyResult
-from .transactions import GroupMetadata
+
+if TYPE_CHECKING:
+    from .transactions import GroupMetadata
+else:
+
+    def __getattr__(name: str) -> Any:
+        # The transactions module is imported when first used, not with the package.
+        if name == "GroupMetadata":
+            from .transactions import GroupMetadata
+            globals()[name] = GroupMetadata
+            return GroupMetadata
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __version__ = "0.1.0"
 

@@ -9,7 +9,6 @@ Everything is checked once, at construction, and a bad option is a
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import os
 import re
 import ssl
@@ -879,6 +878,8 @@ def _convert(key: str, value: Any) -> dict[str, Any]:
         if opt is None:
             if norm in _FIELD_NAMES:
                 return {norm: value}
+            import difflib  # only for this message
+
             names = sorted(_FIELD_NAMES | {o.name for o in JAVA_OPTIONS})
             close = difflib.get_close_matches(key, names, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""

@@ -42,12 +42,13 @@ from .serializers import (
     prepare_record,
     serialize_for_topic,
 )
-from .telemetry import ClientTelemetry
-from .transaction_state import TxnStateMachine
-from .transactions import GroupMetadata, TransactionManager, TxnState, transaction_block
+from .transaction_state import TxnState
 
 if TYPE_CHECKING:
     from .otel import Tracing
+    from .telemetry import ClientTelemetry
+    from .transaction_state import TxnStateMachine
+    from .transactions import GroupMetadata, TransactionManager
 
 __all__ = ["Header", "Producer"]
 
@@ -166,6 +167,7 @@ class Producer:
         txn = None
         if c.transactional_id is not None:
             assert pid is not None
+            from .transactions import TransactionManager  # transactions' code when used
             txn = TransactionManager(client, c, pid, self._wake_sender)
         self._sender = Sender(c, client, self._metadata, self._accumulator, self._metrics,
                               pid=pid, txn=txn)
@@ -594,6 +596,7 @@ class Producer:
         c = self.config
         resource = {"transactional_id": c.transactional_id} if c.transactional_id else {}
         from . import __version__
+        from .telemetry import ClientTelemetry  # the push's code when it is on
         self._telemetry = ClientTelemetry(client, snapshot,
                                           request_timeout_ms=c.request_timeout_ms,
                                           resource=resource, scope_version=__version__)
@@ -740,6 +743,7 @@ class Producer:
     def transaction(self) -> AbstractAsyncContextManager[Producer]:
         """``async with producer.transaction():`` begins a transaction, commits it when
         the block ends, and aborts it if the block raises (the exception propagates)."""
+        from .transactions import transaction_block
         return transaction_block(self, self._begin_block, log)
 
     def _begin_block(self) -> TxnStateMachine:

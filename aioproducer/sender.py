@@ -18,7 +18,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -42,14 +42,16 @@ from .metadata import Cluster, Metadata
 from .metrics import ProducerMetrics
 from .net.client import KafkaClient
 from .net.protocol import (
-    ProduceResponse,
     decode_produce_response,
     encode_produce_body,
     produce_results,
 )
 from .producer_id import ProducerIdManager
 from .transaction_state import PRODUCE_FENCED_CODES
-from .transactions import TransactionManager
+
+if TYPE_CHECKING:
+    from .net.protocol import ProduceResponse
+    from .transactions import TransactionManager
 
 __all__ = ["Sender"]
 

@@ -21,26 +21,15 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
+import operator
 import random
 import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Final, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeVar, cast
 
-import kio.schema.metadata.v1.response as _m1
-import kio.schema.metadata.v2.response as _m2
-import kio.schema.metadata.v3.response as _m3
-import kio.schema.metadata.v4.response as _m4
-import kio.schema.metadata.v5.response as _m5
-import kio.schema.metadata.v6.response as _m6
-import kio.schema.metadata.v7.response as _m7
-import kio.schema.metadata.v8.response as _m8
-import kio.schema.metadata.v9.response as _m9
-import kio.schema.metadata.v10.response as _m10
-import kio.schema.metadata.v11.response as _m11
-import kio.schema.metadata.v12.response as _m12
-import kio.schema.metadata.v13.response as _m13
 from kio.static.primitive import i8
 
 from ..backoff import ExponentialBackoff
@@ -56,8 +45,25 @@ from ..errors import (
     for_code,
 )
 from .connection import BrokerConnection
-from .protocol import build_entity, request_module
+from .protocol import build_entity, request_module, response_type
 from .security import Security
+
+if TYPE_CHECKING:
+    # Only for the annotations: at run time the negotiated version's module is
+    # imported when it is first used (response_type()).
+    import kio.schema.metadata.v1.response as _m1
+    import kio.schema.metadata.v2.response as _m2
+    import kio.schema.metadata.v3.response as _m3
+    import kio.schema.metadata.v4.response as _m4
+    import kio.schema.metadata.v5.response as _m5
+    import kio.schema.metadata.v6.response as _m6
+    import kio.schema.metadata.v7.response as _m7
+    import kio.schema.metadata.v8.response as _m8
+    import kio.schema.metadata.v9.response as _m9
+    import kio.schema.metadata.v10.response as _m10
+    import kio.schema.metadata.v11.response as _m11
+    import kio.schema.metadata.v12.response as _m12
+    import kio.schema.metadata.v13.response as _m13
 
 __all__ = ["KafkaClient", "MetadataResponse", "parse_bootstrap_servers"]
 
@@ -65,27 +71,34 @@ log = logging.getLogger("aioproducer.net")
 
 T = TypeVar("T")
 
-MetadataResponse: TypeAlias = (
-    _m1.MetadataResponse | _m2.MetadataResponse | _m3.MetadataResponse
-    | _m4.MetadataResponse | _m5.MetadataResponse | _m6.MetadataResponse
-    | _m7.MetadataResponse | _m8.MetadataResponse | _m9.MetadataResponse
-    | _m10.MetadataResponse | _m11.MetadataResponse | _m12.MetadataResponse
-    | _m13.MetadataResponse
-)
-"""kio ``MetadataResponse`` v1..v13 (in practice v12 or v13 against any broker aioproducer
-can produce to: Produce v9+ means Kafka 2.8+, which has Metadata v11+). Fields used
-by callers exist in every one: ``brokers[].node_id/host/port``,
-``topics[].name/error_code/partitions[].partition_index/leader_id``; v7+ add
-``leader_epoch``, v10+ ``topic_id``, v13 a top-level ``error_code``
-(REBOOTSTRAP_REQUIRED, KIP-1102)."""
+if TYPE_CHECKING:
+    MetadataResponse: TypeAlias = (
+        _m1.MetadataResponse | _m2.MetadataResponse | _m3.MetadataResponse
+        | _m4.MetadataResponse | _m5.MetadataResponse | _m6.MetadataResponse
+        | _m7.MetadataResponse | _m8.MetadataResponse | _m9.MetadataResponse
+        | _m10.MetadataResponse | _m11.MetadataResponse | _m12.MetadataResponse
+        | _m13.MetadataResponse
+    )
+    """kio ``MetadataResponse`` v1..v13 (in practice v12 or v13 against any broker
+    aioproducer can produce to: Produce v9+ means Kafka 2.8+, which has Metadata v11+).
+    Fields used by callers exist in every one: ``brokers[].node_id/host/port``,
+    ``topics[].name/error_code/partitions[].partition_index/leader_id``; v7+ add
+    ``leader_epoch``, v10+ ``topic_id``, v13 a top-level ``error_code``
+    (REBOOTSTRAP_REQUIRED, KIP-1102)."""
+else:
 
-_METADATA_TYPES: dict[int, type[MetadataResponse]] = {
-    1: _m1.MetadataResponse, 2: _m2.MetadataResponse, 3: _m3.MetadataResponse,
-    4: _m4.MetadataResponse, 5: _m5.MetadataResponse, 6: _m6.MetadataResponse,
-    7: _m7.MetadataResponse, 8: _m8.MetadataResponse, 9: _m9.MetadataResponse,
-    10: _m10.MetadataResponse, 11: _m11.MetadataResponse, 12: _m12.MetadataResponse,
-    13: _m13.MetadataResponse,
-}
+    def __getattr__(name: str) -> Any:
+        # MetadataResponse at run time (aioproducer only annotates with it): the union
+        # of every version's class, which imports the kio modules of all of them, so
+        # only when somebody asks.
+        if name == "MetadataResponse":
+            lo, hi = _METADATA_VERSIONS
+            union = functools.reduce(operator.or_, [
+                response_type(METADATA_KEY, v) for v in range(lo, hi + 1)])
+            globals()[name] = union
+            return union
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 METADATA_KEY: Final = 3
 DESCRIBE_CONFIGS_KEY: Final = 32
@@ -541,7 +554,8 @@ class KafkaClient:
                            allow_auto_topic_creation=allow_auto_topic_creation,
                            include_cluster_authorized_operations=False,
                            include_topic_authorized_operations=False)
-        response = await conn.request(req, _METADATA_TYPES[version])
+        rtype = cast("type[MetadataResponse]", response_type(METADATA_KEY, version))
+        response = await conn.request(req, rtype)
         self.check_rebootstrap_required(response)
         return response
 

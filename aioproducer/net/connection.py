@@ -36,16 +36,8 @@ import ssl
 import struct
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any, Final, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeVar, cast, overload
 
-import kio.schema.api_versions.v0.request as _av0_req
-import kio.schema.api_versions.v0.response as _av0_resp
-import kio.schema.api_versions.v1.request as _av1_req
-import kio.schema.api_versions.v1.response as _av1_resp
-import kio.schema.api_versions.v2.request as _av2_req
-import kio.schema.api_versions.v2.response as _av2_resp
-import kio.schema.api_versions.v3.request as _av3_req
-import kio.schema.api_versions.v3.response as _av3_resp
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.schema.index import api_key_map
@@ -61,9 +53,20 @@ from ..errors import (
     UnsupportedVersionError,
     for_code,
 )
-from .protocol import decode_entity, read_uvarint
-from .sasl import SaslAuthenticator
+from .protocol import decode_entity, read_uvarint, request_module
+from .protocol import response_type as _response_type
 from .security import Security
+
+if TYPE_CHECKING:
+    # Only for the annotations: at run time a version's module is imported when that
+    # version is first used (_api_versions_types()), SASL's when a connection uses it.
+    import kio.schema.api_versions.v0.response as _av0_resp
+    import kio.schema.api_versions.v1.response as _av1_resp
+    import kio.schema.api_versions.v2.response as _av2_resp
+    import kio.schema.api_versions.v3.request as _av3_req
+    import kio.schema.api_versions.v3.response as _av3_resp
+
+    from .sasl import SaslAuthenticator
 
 __all__ = ["API_VERSIONS_KEY", "BrokerConnection", "api_name"]
 
@@ -80,25 +83,24 @@ _SIZE: Final = struct.Struct(">i")
 _SOFTWARE_NAME: Final = "aioproducer"
 _SOFTWARE_VERSION: Final = "0.1.0"
 
-_API_VERSIONS_REQUESTS: dict[int, type[RequestPayload]] = {
-    0: _av0_req.ApiVersionsRequest,
-    1: _av1_req.ApiVersionsRequest,
-    2: _av2_req.ApiVersionsRequest,
-    3: _av3_req.ApiVersionsRequest,
-}
-_ApiVersionsResponse = (
-    _av0_resp.ApiVersionsResponse
-    | _av1_resp.ApiVersionsResponse
-    | _av2_resp.ApiVersionsResponse
-    | _av3_resp.ApiVersionsResponse
-)
-_API_VERSIONS_RESPONSES: dict[int, type[_ApiVersionsResponse]] = {
-    0: _av0_resp.ApiVersionsResponse,
-    1: _av1_resp.ApiVersionsResponse,
-    2: _av2_resp.ApiVersionsResponse,
-    3: _av3_resp.ApiVersionsResponse,
-}
+if TYPE_CHECKING:
+    _ApiVersionsResponse: TypeAlias = (
+        _av0_resp.ApiVersionsResponse
+        | _av1_resp.ApiVersionsResponse
+        | _av2_resp.ApiVersionsResponse
+        | _av3_resp.ApiVersionsResponse
+    )
 _API_VERSIONS_MAX: Final = 3
+_API_VERSIONS_VERSIONS: Final = range(_API_VERSIONS_MAX + 1)
+
+
+def _api_versions_types(version: int) -> tuple[type[RequestPayload], type[_ApiVersionsResponse]]:
+    """kio's ApiVersions request and response classes of ``version`` (0..3; KeyError
+    for another), imported on first use."""
+    if version not in _API_VERSIONS_VERSIONS:
+        raise KeyError(version)
+    return (request_module(API_VERSIONS_KEY, version).ApiVersionsRequest,
+            cast("type[_ApiVersionsResponse]", _response_type(API_VERSIONS_KEY, version)))
 
 
 def api_name(api_key: int) -> str:
@@ -154,8 +156,10 @@ class BrokerConnection(asyncio.Protocol):
                  security: Security | None = None) -> None:
         self.host = host
         self.security = security
-        self._sasl = (SaslAuthenticator(self, security)
-                      if security is not None and security.sasl else None)
+        self._sasl: SaslAuthenticator | None = None
+        if security is not None and security.sasl:
+            from .sasl import SaslAuthenticator  # SASL's code only when it is used
+            self._sasl = SaslAuthenticator(self, security)
         self._paused = False
         self.port = port
         self.node_id = node_id
@@ -435,9 +439,9 @@ class BrokerConnection(asyncio.Protocol):
         tried: set[int] = set()
         while True:
             tried.add(version)
-            req_type = _API_VERSIONS_REQUESTS[version]
+            req_type, resp_type = _api_versions_types(version)
             if version >= 3:
-                req: RequestPayload = _av3_req.ApiVersionsRequest(
+                req: RequestPayload = cast("type[_av3_req.ApiVersionsRequest]", req_type)(
                     client_software_name=_SOFTWARE_NAME,
                     client_software_version=_SOFTWARE_VERSION,
                 )
@@ -470,10 +474,11 @@ class BrokerConnection(asyncio.Protocol):
                 raise for_code(code, f"ApiVersions request to {self} failed")
             self.api_versions = {int(k.api_key): (int(k.min_version), int(k.max_version))
                                  for k in resp.api_keys}
-            if isinstance(resp, _av3_resp.ApiVersionsResponse):
+            if version >= 3 and isinstance(resp, resp_type):
+                v3 = cast("_av3_resp.ApiVersionsResponse", resp)
                 self.finalized_features = {f.name: int(f.max_version_level)
-                                           for f in resp.finalized_features}
-                self.finalized_features_epoch = int(resp.finalized_features_epoch)
+                                           for f in v3.finalized_features}
+                self.finalized_features_epoch = int(v3.finalized_features_epoch)
             self._negotiated = True
             log.debug("connected to %s (ApiVersions v%d, %d APIs)", self, version,
                       len(self.api_versions))
@@ -794,7 +799,7 @@ def _decode_api_versions(version: int, body: memoryview) -> _ApiVersionsResponse
     UNSUPPORTED_VERSION (KIP-511)."""
     if len(body) >= 2 and int.from_bytes(body[:2], "big", signed=True) == _UNSUPPORTED_VERSION:
         version = 0
-    return decode_entity(_API_VERSIONS_RESPONSES[version], body)
+    return decode_entity(_api_versions_types(version)[1], body)
 
 
 def _skip_tagged_fields(buf: memoryview, offset: int) -> int:

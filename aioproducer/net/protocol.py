@@ -25,18 +25,16 @@ Only the flexible versions (9+) are produced. Layout (``ProduceRequest.json``)::
 from __future__ import annotations
 
 import dataclasses
+import functools
+import operator
 import struct
+import sys
 import uuid
 from collections.abc import Sequence
 from types import ModuleType
-from typing import Any, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, cast
 
-import kio.schema.produce.v9.response as _r9
-import kio.schema.produce.v10.response as _r10
-import kio.schema.produce.v11.response as _r11
-import kio.schema.produce.v12.response as _r12
-import kio.schema.produce.v13.response as _r13
-from kio.index import load_payload_module
+from kio.index import load_payload_module, load_response_schema
 from kio.serial import entity_reader
 from kio.serial._introspect import (
     EntityField,
@@ -49,9 +47,18 @@ from kio.serial._introspect import (
     is_optional,
 )
 from kio.static.constants import EntityType
-from kio.static.protocol import Entity
+from kio.static.protocol import Entity, ResponsePayload
 
 from ..errors import ProtocolError, UnsupportedVersionError
+
+if TYPE_CHECKING:
+    # Only for the annotations: at run time each version's module is imported when
+    # that version is first used (response_type(), _produce_response_type()).
+    import kio.schema.produce.v9.response as _r9
+    import kio.schema.produce.v10.response as _r10
+    import kio.schema.produce.v11.response as _r11
+    import kio.schema.produce.v12.response as _r12
+    import kio.schema.produce.v13.response as _r13
 
 try:
     from .._native.scan import (
@@ -90,6 +97,7 @@ __all__ = [
     "produce_results",
     "read_uvarint",
     "request_module",
+    "response_type",
     "uvarint",
 ]
 
@@ -97,35 +105,56 @@ PRODUCE_API_KEY = 0
 PRODUCE_MIN_VERSION = 9
 PRODUCE_MAX_VERSION = 13
 _TOPIC_ID_VERSION = 13
+_PRODUCE_VERSIONS = range(PRODUCE_MIN_VERSION, PRODUCE_MAX_VERSION + 1)
 
-ProduceResponse: TypeAlias = (
-    _r9.ProduceResponse
-    | _r10.ProduceResponse
-    | _r11.ProduceResponse
-    | _r12.ProduceResponse
-    | _r13.ProduceResponse
-)
-"""The kio ``ProduceResponse`` of any version we send (v9..v13).
+if TYPE_CHECKING:
+    ProduceResponse: TypeAlias = (
+        _r9.ProduceResponse
+        | _r10.ProduceResponse
+        | _r11.ProduceResponse
+        | _r12.ProduceResponse
+        | _r13.ProduceResponse
+    )
+    """The kio ``ProduceResponse`` of any version we send (v9..v13).
 
-Topics are identified by ``name`` up to v12 and by ``topic_id`` from v13 on.
-"""
+    Topics are identified by ``name`` up to v12 and by ``topic_id`` from v13 on.
+    """
 
-PartitionProduceResponse: TypeAlias = (
-    _r9.PartitionProduceResponse
-    | _r10.PartitionProduceResponse
-    | _r11.PartitionProduceResponse
-    | _r12.PartitionProduceResponse
-    | _r13.PartitionProduceResponse
-)
-"""One partition's result in a :data:`ProduceResponse`."""
+    PartitionProduceResponse: TypeAlias = (
+        _r9.PartitionProduceResponse
+        | _r10.PartitionProduceResponse
+        | _r11.PartitionProduceResponse
+        | _r12.PartitionProduceResponse
+        | _r13.PartitionProduceResponse
+    )
+    """One partition's result in a :data:`ProduceResponse`."""
 
-_RESPONSE_TYPES: dict[int, type[ProduceResponse]] = {
-    9: _r9.ProduceResponse,
-    10: _r10.ProduceResponse,
-    11: _r11.ProduceResponse,
-    12: _r12.ProduceResponse,
-    13: _r13.ProduceResponse,
-}
+    _TopicByName: TypeAlias = (
+        _r9.TopicProduceResponse
+        | _r10.TopicProduceResponse
+        | _r11.TopicProduceResponse
+        | _r12.TopicProduceResponse
+    )
+
+
+if not TYPE_CHECKING:  # (mypy would take any name for one this function serves)
+
+    def __getattr__(name: str) -> Any:
+        # ProduceResponse / PartitionProduceResponse at run time (aioproducer only
+        # annotates with them): the union of every version's class, which imports the
+        # kio modules of all of them, so only when somebody asks.
+        if name in ("ProduceResponse", "PartitionProduceResponse"):
+            union = functools.reduce(operator.or_, [
+                getattr(_produce_response_module(v), name) for v in _PRODUCE_VERSIONS])
+            globals()[name] = union
+            return union
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+_PRODUCE_RESPONSE_TYPES: dict[int, type[ProduceResponse]] = {}
+"""The ``ProduceResponse`` classes of the versions used so far (see
+:func:`_produce_response_type`)."""
+_PRODUCE_V13_RESPONSE_MODULE = "kio.schema.produce.v13.response"
 
 _I16_I32 = struct.Struct(">hi")
 _I32 = struct.Struct(">i")
@@ -233,14 +262,27 @@ def decode_produce_response(version: int, body: bytes | memoryview) -> ProduceRe
 
     :class:`ProtocolError` for a body that does not decode (see :func:`decode_entity`).
     """
-    try:
-        response_type = _RESPONSE_TYPES[version]
-    except KeyError:
+    cls = _PRODUCE_RESPONSE_TYPES.get(version)
+    if cls is None:
+        cls = _produce_response_type(version)
+    return decode_entity(cls, body)
+
+
+def _produce_response_module(version: int) -> ModuleType:
+    if version not in _PRODUCE_VERSIONS:
         raise UnsupportedVersionError(
             f"Produce v{version} is not supported by aioproducer "
             f"(v{PRODUCE_MIN_VERSION}..v{PRODUCE_MAX_VERSION})"
-        ) from None
-    return decode_entity(response_type, body)
+        )
+    return load_payload_module(PRODUCE_API_KEY, version, EntityType.response)
+
+
+def _produce_response_type(version: int) -> type[ProduceResponse]:
+    """kio's ``ProduceResponse`` of ``version`` (v9..v13, else
+    :class:`UnsupportedVersionError`), imported on first use."""
+    cls = cast("type[ProduceResponse]", _produce_response_module(version).ProduceResponse)
+    _PRODUCE_RESPONSE_TYPES[version] = cls
+    return cls
 
 
 # -- decoding hostile bytes with kio -------------------------------------------------------
@@ -405,11 +447,15 @@ def produce_results(
     (``topic_name`` is None).
     """
     out: list[tuple[str | None, uuid.UUID | None, PartitionProduceResponse]] = []
+    # A v13 topic can only exist once kio's v13 module is imported.
+    r13 = sys.modules.get(_PRODUCE_V13_RESPONSE_MODULE)
+    by_id: type[_r13.TopicProduceResponse] | None = (
+        None if r13 is None else r13.TopicProduceResponse)
     for topic in response.responses:
-        if isinstance(topic, _r13.TopicProduceResponse):
+        if by_id is not None and isinstance(topic, by_id):
             name, topic_id = None, topic.topic_id
         else:
-            name, topic_id = str(topic.name), None
+            name, topic_id = str(cast("_TopicByName", topic).name), None
         out.extend((name, topic_id, p) for p in topic.partition_responses)
     return out
 
@@ -417,6 +463,17 @@ def produce_results(
 def request_module(api_key: int, version: int) -> ModuleType:
     """kio's module of the request entities of ``api_key`` v``version``."""
     return load_payload_module(api_key, version, EntityType.request)
+
+
+@functools.cache
+def response_type(api_key: int, version: int) -> type[ResponsePayload]:
+    """kio's response entity class of ``api_key`` v``version``.
+
+    kio has a module per API and version; aioproducer imports one when that version
+    is first used (a producer uses the one version it negotiated), not all of them
+    at import time.
+    """
+    return load_response_schema(api_key, version)
 
 
 def build_entity(cls: Any, **values: Any) -> Any:

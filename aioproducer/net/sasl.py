@@ -24,22 +24,18 @@ import json
 import logging
 import random
 import secrets
-from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar, cast
 
-import kio.schema.sasl_authenticate.v0.request as _sa0_req
-import kio.schema.sasl_authenticate.v0.response as _sa0_resp
-import kio.schema.sasl_authenticate.v1.request as _sa1_req
-import kio.schema.sasl_authenticate.v1.response as _sa1_resp
-import kio.schema.sasl_authenticate.v2.request as _sa2_req
-import kio.schema.sasl_authenticate.v2.response as _sa2_resp
-import kio.schema.sasl_handshake.v1.request as _sh1_req
-import kio.schema.sasl_handshake.v1.response as _sh1_resp
 from kio.schema.errors import ErrorCode
 from kio.static.protocol import RequestPayload, ResponsePayload
 
 from ..errors import AuthenticationError, ConfigError, for_code
+from .protocol import request_module, response_type
 
 if TYPE_CHECKING:
+    import kio.schema.sasl_handshake.v1.request as _sh1_req
+    import kio.schema.sasl_handshake.v1.response as _sh1_resp
+
     from ..config import TokenProvider
     from .security import Secret, Security
 
@@ -59,11 +55,6 @@ R = TypeVar("R", bound=ResponsePayload)
 
 SASL_HANDSHAKE_KEY: Final = 17
 SASL_AUTHENTICATE_KEY: Final = 36
-_SASL_AUTHENTICATE_TYPES: dict[int, tuple[Any, Any]] = {
-    0: (_sa0_req.SaslAuthenticateRequest, _sa0_resp.SaslAuthenticateResponse),
-    1: (_sa1_req.SaslAuthenticateRequest, _sa1_resp.SaslAuthenticateResponse),
-    2: (_sa2_req.SaslAuthenticateRequest, _sa2_resp.SaslAuthenticateResponse),
-}
 _UNSUPPORTED_MECHANISM: Final = int(ErrorCode.unsupported_sasl_mechanism)
 #: Re-authenticate at this fraction of the session lifetime (like the Java client).
 _REAUTH_AT: Final = (0.85, 0.95)
@@ -316,8 +307,12 @@ class SaslAuthenticator:
         self._loop = asyncio.get_running_loop()
         mech = new_mechanism(self._security)
         conn.version_for(SASL_HANDSHAKE_KEY, 1, 1)
-        hs = await conn.request(_sh1_req.SaslHandshakeRequest(mechanism=mech.name),
-                                _sh1_resp.SaslHandshakeResponse)
+        # kio's modules of the versions used, imported on first use.
+        hs_req: type[_sh1_req.SaslHandshakeRequest] = request_module(
+            SASL_HANDSHAKE_KEY, 1).SaslHandshakeRequest
+        hs_resp = cast("type[_sh1_resp.SaslHandshakeResponse]",
+                       response_type(SASL_HANDSHAKE_KEY, 1))
+        hs = await conn.request(hs_req(mechanism=mech.name), hs_resp)
         code = int(hs.error_code)
         if code == _UNSUPPORTED_MECHANISM:
             raise AuthenticationError(
@@ -327,7 +322,8 @@ class SaslAuthenticator:
             raise AuthenticationError(f"SaslHandshake with {conn} failed: "
                                       f"{for_code(code)}")
         version = conn.version_for(SASL_AUTHENTICATE_KEY, 0, 2)
-        req_t, resp_t = _SASL_AUTHENTICATE_TYPES[version]
+        req_t: Any = request_module(SASL_AUTHENTICATE_KEY, version).SaslAuthenticateRequest
+        resp_t: Any = response_type(SASL_AUTHENTICATE_KEY, version)
         message: bytes | None = await mech.start()
         lifetime_ms = 0
         while message is not None:

@@ -13,7 +13,6 @@ The SASL mechanisms and the authentication exchange are in :mod:`.sasl`.
 
 from __future__ import annotations
 
-import hmac
 import ssl
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -53,6 +52,8 @@ class Secret:
     __str__ = __repr__
 
     def __eq__(self, other: object) -> bool:
+        import hmac  # (not imported with the package: comparing secrets is rare)
+
         return isinstance(other, Secret) and hmac.compare_digest(
             self._value.encode(), other._value.encode())
 

@@ -10,18 +10,32 @@ connection's ApiVersions answer. :mod:`aioproducer.telemetry` drives them.
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from kio.schema.get_telemetry_subscriptions.v0.request import GetTelemetrySubscriptionsRequest
-from kio.schema.get_telemetry_subscriptions.v0.response import (
-    GetTelemetrySubscriptionsResponse,
-)
-from kio.schema.push_telemetry.v0.request import PushTelemetryRequest
-from kio.schema.push_telemetry.v0.response import PushTelemetryResponse
 from kio.static.primitive import i8, i32
 
 if TYPE_CHECKING:
+    from kio.schema.get_telemetry_subscriptions.v0.response import (
+        GetTelemetrySubscriptionsResponse,
+    )
+    from kio.schema.push_telemetry.v0.response import PushTelemetryResponse
+
     from .connection import BrokerConnection
+else:
+
+    def __getattr__(name: str) -> Any:
+        # kio's classes, imported when first asked for (the requests import them only
+        # when a broker offers telemetry).
+        if name == "GetTelemetrySubscriptionsResponse":
+            from kio.schema.get_telemetry_subscriptions.v0.response import (
+                GetTelemetrySubscriptionsResponse as value,
+            )
+        elif name == "PushTelemetryResponse":
+            from kio.schema.push_telemetry.v0.response import PushTelemetryResponse as value
+        else:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        globals()[name] = value
+        return value
 
 __all__ = [
     "GET_TELEMETRY_SUBSCRIPTIONS_KEY",
@@ -54,6 +68,10 @@ async def get_telemetry_subscriptions(
         *, timeout_ms: int | None = None) -> GetTelemetrySubscriptionsResponse:
     """Ask for this client's subscription; ``None`` (or the zero id) on the first
     request, so that the broker assigns a client instance id."""
+    from kio.schema.get_telemetry_subscriptions.v0 import (
+        GetTelemetrySubscriptionsRequest,
+        GetTelemetrySubscriptionsResponse,
+    )
     req = GetTelemetrySubscriptionsRequest(client_instance_id=client_instance_id or ZERO_UUID)
     return await conn.request(req, GetTelemetrySubscriptionsResponse, timeout_ms=timeout_ms)
 
@@ -63,6 +81,7 @@ async def push_telemetry(conn: BrokerConnection, client_instance_id: uuid.UUID,
                          terminating: bool = False,
                          timeout_ms: int | None = None) -> PushTelemetryResponse:
     """Push one (possibly compressed) OTLP ``MetricsData`` payload."""
+    from kio.schema.push_telemetry.v0 import PushTelemetryRequest, PushTelemetryResponse
     req = PushTelemetryRequest(client_instance_id=client_instance_id,
                                subscription_id=i32(subscription_id), terminating=terminating,
                                compression_type=i8(compression_type), metrics=payload)
