@@ -362,7 +362,8 @@ async def test_quota_throttle_is_honoured(kafka_bootstrap: str,
     sending to the broker for each throttle_time_ms it is told (no Produce is written
     to a muted connection), no request times out, the rate sits within 0.5x-1.5x of
     the quota over a bounded run (2 MB, 10-20 s; the broker measures the rate over
-    at least 10 s, so the first 1 MB passes at once and the bound allows for it), and the metrics report the throttle. Slow: the unit tests in
+    at least 10 s, so the first 1 MB passes at once and the bound allows for it),
+    and the metrics report the throttle. Slow: the unit tests in
     tests/unit/test_leader_hints.py cover the mute quickly."""
     topic = topic_factory(partitions=1)
     client_id = f"quota-{uuid.uuid4().hex[:8]}"
