@@ -8,7 +8,7 @@ import time
 import uuid
 import warnings
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from functools import partial
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -120,7 +120,16 @@ class Producer:
         self._interceptors = InterceptorChain(c.interceptors)
         self._fast = self._partitioner.fast and c.key_serializer is None \
             and c.value_serializer is None and not self._interceptors
-        self._hot = False  # send() may take the native path at once (set in start())
+        # send() is the appender's: a PendingSend that, awaited, takes the native path
+        # while appender.hot (set in start()), else this producer's Python path
+        # (_send_any). The bound native method goes in the instance's dict, so that
+        # `producer.send(...)` costs no Python frame; Producer.send below does the
+        # same call for subclasses that override it (and for docs and typing).
+        # (slow holds the producer weakly: an unclosed producer is still collected at
+        # once, and warns, with no reference cycle through its own send.)
+        self._appender.slow = _python_path(weakref.ref(self))
+        if type(self).send is Producer.send:
+            self.__dict__["send"] = self._appender.send
         self._tracing: Tracing | None = None  # when tracer_provider is set (otel.py)
         if c.tracer_provider is not None or c.meter_provider is not None:
             from .otel import setup as otel_setup
@@ -187,7 +196,7 @@ class Producer:
         if c.enable_metrics_push:
             self._start_telemetry(client)
         self._appender.bind(self._loop)
-        self._hot = self._fast and self._txn is None and self._tracing is None
+        self._appender.hot = self._fast and self._txn is None and self._tracing is None
 
     def _wake_sender(self) -> None:
         if self._sender is not None:
@@ -250,7 +259,7 @@ class Producer:
                 log.warning("close(): could not abort the open transaction: %s", exc)
         self._state = _CLOSING
         closing_since = time.monotonic()
-        self._hot = False
+        self._appender.hot = False
         self._appender.bind(None)
         acc = self._accumulator
         acc.close(ProducerClosedError("the producer was closed"))
@@ -296,22 +305,29 @@ class Producer:
 
     # -- sending -----------------------------------------------------------------
 
-    async def send(self, topic: str, value: Any = None, key: Any = None, *,
-                   partition: int | None = None, timestamp_ms: int | None = None,
-                   headers: Sequence[Header] | None = None) -> RecordFuture:
-        """Append a record; returns once it is buffered (not yet acknowledged).
+    def send(self, topic: str, value: Any = None, key: Any = None, *,
+             partition: int | None = None, timestamp_ms: int | None = None,
+             headers: Sequence[Header] | None = None) -> Coroutine[Any, Any, RecordFuture]:
+        """Append a record; the coroutine returns once it is buffered (not yet
+        acknowledged): ``fut = await producer.send(...)``.
 
         Waits only for the topic's metadata (first use) and for buffer memory, both
         bounded by ``max_block_ms``. ``await`` the returned :class:`RecordFuture` for
-        the :class:`RecordMetadata`.
+        the :class:`RecordMetadata`. Like an ``async def``, nothing happens until the
+        coroutine is awaited (or run as a task), and one dropped unawaited warns.
         """
-        if self._hot and headers is None:
-            # The common case, in one native call. It checks that this is the
-            # producer's loop; _hot says that the producer runs, with no serializers,
-            # interceptors or transaction to consult.
-            fut = self._appender.append(topic, value, key, partition, timestamp_ms)
-            if fut is not None:
-                return fut
+        # Instances use self._appender.send itself (set in __init__). Without headers
+        # it is a native coroutine (PendingSend): awaited, the common case appends in
+        # one native call, with no coroutine frame. It takes that path while
+        # appender.hot says the producer runs with no serializers, interceptors,
+        # transaction or tracing to consult, and checks that this is the producer's
+        # loop; else (and with headers) it runs _send_any.
+        return self._appender.send(topic, value, key, partition=partition,
+                                   timestamp_ms=timestamp_ms, headers=headers)
+
+    async def _send_any(self, topic: str, value: Any, key: Any, partition: int | None,
+                        timestamp_ms: int | None,
+                        headers: Sequence[Header] | None) -> RecordFuture:
         if self._tracing is not None:
             return await self._tracing.send(self._send, topic, value, key, partition,
                                             timestamp_ms, headers)
@@ -320,7 +336,7 @@ class Producer:
     def _on_sender_failed(self, error: KafkaError) -> None:
         """The Sender failed for good: from now on every send raises at once."""
         self._fatal = error
-        self._hot = False
+        self._appender.hot = False
         self._appender.bind(None)
         self._accumulator.refuse_appends(error)
 
@@ -792,6 +808,22 @@ class Producer:
         loop.call_soon_threadsafe(schedule)
 
 
+
+
+def _python_path(ref: weakref.ref[Producer]) -> Callable[
+        [str, Any, Any, int | None, int | None, Sequence[Header] | None],
+        Coroutine[Any, Any, RecordFuture]]:
+    """The appender's ``slow``: ``send()``'s Python path, for a producer held weakly."""
+
+    def slow(topic: str, value: Any, key: Any, partition: int | None,
+             timestamp_ms: int | None,
+             headers: Sequence[Header] | None) -> Coroutine[Any, Any, RecordFuture]:
+        producer = ref()
+        if producer is None:  # (only a PendingSend that outlived its producer)
+            raise ProducerClosedError("cannot send: the producer was garbage-collected")
+        return producer._send_any(topic, value, key, partition, timestamp_ms, headers)
+
+    return slow
 
 
 def _check_produce_version(client: KafkaClient) -> None:

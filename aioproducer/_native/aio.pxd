@@ -9,6 +9,7 @@ from .records cimport CoreAppender, CoreBatch
 
 
 cdef class RecordFuture
+cdef class PendingSend
 
 
 cdef class ProducerBatch(CoreBatch):
@@ -36,3 +37,16 @@ cdef class RecordFuture:
 
 cdef class Appender(CoreAppender):
     cdef object loop                   # the bound event loop, None when unbound
+    cdef public bint hot               # PendingSend may take the native path
+    cdef public object slow            # PendingSend's Python path: a coroutine function
+    cdef object append_now(self, object topic, object value, object key, object partition,
+                           object timestamp_ms)
+
+
+cdef class PendingSend:
+    cdef Appender appender
+    cdef object topic, value, key, partition, timestamp_ms  # the record (NEW)
+    cdef object inner                  # the Python path's coroutine (DELEGATING)
+    cdef unsigned char state           # NEW, DELEGATING, FINISHED (aio.pyx)
+    cdef void finish(self) noexcept
+    cdef object step(self, object arg, int* pending)

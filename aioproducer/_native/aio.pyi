@@ -2,7 +2,7 @@
 waiter futures, the record futures, and the appender's binding to its event loop."""
 
 import asyncio
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Coroutine, Generator
 from contextvars import Context
 from typing import Any, final
 
@@ -87,5 +87,27 @@ class Appender(CoreAppender):
     def bound_loop(self) -> asyncio.AbstractEventLoop | None:
         """The bound loop if it is the one running in this thread, else None (then
         ask ``asyncio.get_running_loop()``)."""
+    hot: bool
+    """:class:`PendingSend` may take the native path."""
+    slow: Callable[[Any, Any, Any, Any, Any, Any], Coroutine[Any, Any, RecordFuture]]
+    """:class:`PendingSend`'s Python path: ``slow(topic, value, key, partition,
+    timestamp_ms, None)``."""
     def append(self, topic: object, value: object, key: object, partition: object,
                timestamp_ms: object, /) -> RecordFuture | None: ...
+    def send(self, topic: str, value: Any = None, key: Any = None, *,
+             partition: int | None = None, timestamp_ms: int | None = None,
+             headers: Any = None) -> Coroutine[Any, Any, RecordFuture]:
+        """``Producer.send``: a :class:`PendingSend` of the record (nothing appended
+        until it is awaited), or for a record with headers ``slow(...)``'s
+        coroutine."""
+
+@final
+class PendingSend(Coroutine[Any, Any, RecordFuture]):
+    """What ``Producer.send()`` returns for a record without headers: a coroutine that
+    appends the record when awaited (natively when it can) and gives its
+    RecordFuture."""
+
+    def __await__(self) -> Generator[Any, None, RecordFuture]: ...
+    def send(self, arg: Any, /) -> Any: ...
+    def throw(self, typ: Any, val: Any = None, tb: Any = None, /) -> Any: ...
+    def close(self) -> None: ...

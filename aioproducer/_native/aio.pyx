@@ -17,13 +17,14 @@ outcome without asyncio. Here:
 cimport cython
 from cpython.bytes cimport PyBytes_GET_SIZE
 from cpython.method cimport PyMethod_Check, PyMethod_GET_SELF
-from cpython.ref cimport PyObject
+from cpython.ref cimport PyObject, Py_XDECREF
 from libc.stdint cimport int32_t, int64_t
 
 from .records cimport CoreAppender, CoreBatch, RecordMetadata
 
 from asyncio import CancelledError, InvalidStateError
 from contextvars import copy_context
+import warnings
 
 
 cdef extern from "Python.h":
@@ -39,39 +40,55 @@ cdef extern from "Python.h":
 # pending one yields the private waiter of its batch to the awaiting task
 # (PYGEN_NEXT) and is stepped again when the task wakes. __next__ does the same for
 # the interpreter's path when a trace function is set (it uses tp_iternext).
-ctypedef object (*step_fn)(object, int*)
+# PendingSend (what Producer.send() returns) has a slot of the same shape.
+ctypedef object (*step_fn)(object, object, int*)
 
 cdef extern from *:
     """
     #if PY_VERSION_HEX < 0x030A0000
     #error "aioproducer needs Python 3.10+ (am_send)"
     #endif
-    static PyObject* (*aiop_rf_step)(PyObject*, int*) = NULL;
+    /* The step of each type that gets the slot: RecordFuture (0), PendingSend (1). */
+    static PyObject* (*aiop_steps[2])(PyObject*, PyObject*, int*) = {NULL, NULL};
 
-    static PySendResult aiop_rf_am_send(PyObject* self, PyObject* arg, PyObject** result) {
+    static PySendResult aiop_am_send_with(int which, PyObject* self, PyObject* arg,
+                                          PyObject** result) {
         int pending = 0;
-        PyObject* r = aiop_rf_step(self, &pending);
-        (void)arg;  /* a value sent in is ignored, as asyncio.Future's iterator does */
+        PyObject* r = aiop_steps[which](self, arg, &pending);
         *result = r;
         if (r == NULL)
             return PYGEN_ERROR;
         return pending ? PYGEN_NEXT : PYGEN_RETURN;
     }
+    static PySendResult aiop_am_send_0(PyObject* self, PyObject* arg, PyObject** result) {
+        return aiop_am_send_with(0, self, arg, result);
+    }
+    static PySendResult aiop_am_send_1(PyObject* self, PyObject* arg, PyObject** result) {
+        return aiop_am_send_with(1, self, arg, result);
+    }
 
     /* 0, or -1 (an exception set) if the type has no async slots to extend. */
-    static int aiop_install_am_send(PyObject* type, PyObject* (*step)(PyObject*, int*)) {
+    static int aiop_install_am_send(PyObject* type,
+                                    PyObject* (*step)(PyObject*, PyObject*, int*),
+                                    int which) {
         PyTypeObject* t = (PyTypeObject*)type;
         if (t->tp_as_async == NULL || t->tp_as_async->am_await == NULL) {
-            PyErr_SetString(PyExc_SystemError, "RecordFuture has no am_await slot");
+            PyErr_Format(PyExc_SystemError, "%s has no am_await slot", t->tp_name);
             return -1;
         }
-        aiop_rf_step = step;
-        t->tp_as_async->am_send = aiop_rf_am_send;
+        aiop_steps[which] = step;
+        t->tp_as_async->am_send = which ? aiop_am_send_1 : aiop_am_send_0;
         PyType_Modified(t);
         return 0;
     }
     """
-    int aiop_install_am_send(object type, step_fn step) except -1
+    int aiop_install_am_send(object type, step_fn step, int which) except -1
+    # What a coroutine's send gives: its next value (PYGEN_NEXT), its return value
+    # (PYGEN_RETURN) or an exception set (PYGEN_ERROR, -1).
+    int PyIter_Send(object iter, object arg, PyObject** presult) except? -1
+    enum:
+        PYGEN_RETURN
+        PYGEN_NEXT
 
 
 cdef inline bint running_here(object loop) noexcept:
@@ -254,7 +271,7 @@ cdef class RecordFuture:
     def __next__(self):
         # The same step for the interpreter's traced path (tp_iternext).
         cdef int pending = 0
-        value = rf_step(self, &pending)
+        value = rf_step(self, None, &pending)
         if pending:
             return value
         raise StopIteration(value)
@@ -431,11 +448,12 @@ cdef class RecordFuture:
 
 
 
-cdef object rf_step(object fut, int* pending):
+cdef object rf_step(object fut, object arg, int* pending):
+    # (A value sent in is ignored, as asyncio.Future's iterator does.)
     return (<RecordFuture>fut).step(pending)
 
 
-aiop_install_am_send(RecordFuture, rf_step)
+aiop_install_am_send(RecordFuture, rf_step, 0)
 
 
 cdef class Appender(CoreAppender):
@@ -461,6 +479,10 @@ cdef class Appender(CoreAppender):
 
         Also None unless called on the bound loop, while it runs in this thread.
         """
+        return self.append_now(topic, value, key, partition, timestamp_ms)
+
+    cdef object append_now(self, object topic, object value, object key, object partition,
+                           object timestamp_ms):
         if self.loop is None or not running_here(self.loop):
             return None
         cdef int32_t index
@@ -477,3 +499,143 @@ cdef class Appender(CoreAppender):
         fut.value_size = -1 if value is None else <int32_t>PyBytes_GET_SIZE(value)
         return fut
 
+    def send(self, object topic, object value=None, object key=None, *,
+             object partition=None, object timestamp_ms=None, object headers=None):
+        """``Producer.send`` (the same signature): a :class:`PendingSend` of the record
+        (awaited, it appends it: natively while :attr:`hot`, else through
+        :attr:`slow`), or for a record with headers ``slow(...)``'s coroutine."""
+        if headers is not None:
+            return self.slow(topic, value, key, partition, timestamp_ms, headers)
+        cdef PendingSend p = PendingSend.__new__(PendingSend)
+        p.appender = self
+        p.topic = topic
+        p.value = value
+        p.key = key
+        p.partition = partition
+        p.timestamp_ms = timestamp_ms
+        return p
+
+
+# PendingSend.state
+cdef enum:
+    NEW = 0         # not awaited yet: holds the record
+    DELEGATING = 1  # on the Python path: steps its coroutine
+    FINISHED = 2    # returned, raised or closed
+
+
+@cython.final
+@cython.freelist(16)
+@cython.no_gc  # holds the record's objects and the appender, never itself
+cdef class PendingSend:
+    """What ``Producer.send()`` returns for a record without headers: a coroutine
+    (``asyncio.iscoroutine()`` is true; ``create_task``, ``gather`` and ``wait_for``
+    take it) that does nothing until awaited, as an ``async def`` would.
+
+    Its first step appends the record on the native path when the appender is hot,
+    and returns the RecordFuture at once: no coroutine object, frame or generator
+    step for the common case. Otherwise it calls ``appender.slow(topic, value, key,
+    partition, timestamp_ms, None)`` (the producer's Python path, a coroutine) and
+    delegates every step, ``throw()`` and ``close()`` to it, as ``await`` does.
+    Dropped without being awaited, it warns as a never-awaited coroutine does: the
+    record was not sent.
+    """
+
+    def __await__(self):
+        return self
+
+    def __next__(self):
+        cdef int pending = 0
+        value = self.step(None, &pending)
+        if pending:
+            return value
+        raise StopIteration(value)
+
+    def send(self, arg):
+        """One step, as ``coroutine.send``."""
+        cdef int pending = 0
+        value = self.step(arg, &pending)
+        if pending:
+            return value
+        raise StopIteration(value)
+
+    def throw(self, typ, val=None, tb=None):
+        """As ``coroutine.throw``: into the Python path's coroutine if it runs; else
+        the exception is raised here and this is finished."""
+        if self.state == DELEGATING:
+            try:
+                if val is None and tb is None:
+                    return self.inner.throw(typ)
+                return self.inner.throw(typ, val, tb)
+            except BaseException:
+                self.finish()
+                raise
+        self.finish()
+        if isinstance(typ, BaseException):
+            raise typ
+        if val is None:
+            raise typ()
+        if tb is not None:
+            raise val.with_traceback(tb)
+        raise val
+
+    def close(self):
+        """As ``coroutine.close``."""
+        inner = self.inner if self.state == DELEGATING else None
+        self.finish()
+        if inner is not None:
+            inner.close()
+
+    cdef void finish(self) noexcept:
+        self.state = FINISHED
+        self.inner = None
+        self.topic = self.value = self.key = self.partition = self.timestamp_ms = None
+
+    cdef object step(self, object arg, int* pending):
+        cdef PyObject* res = NULL
+        cdef int r
+        cdef Appender a
+        if self.state == NEW:
+            if arg is not None:
+                raise TypeError("can't send non-None value to a just-started coroutine")
+            a = self.appender
+            if a.hot:
+                fut = a.append_now(self.topic, self.value, self.key, self.partition,
+                                   self.timestamp_ms)
+                if fut is not None:
+                    self.state = FINISHED  # (its fields go with it, at once as a rule)
+                    return fut
+            try:
+                self.inner = a.slow(self.topic, self.value, self.key, self.partition,
+                                    self.timestamp_ms, None)
+            except BaseException:
+                self.finish()
+                raise
+            self.topic = self.value = self.key = self.partition = self.timestamp_ms = None
+            self.state = DELEGATING
+        if self.state == DELEGATING:
+            try:
+                r = PyIter_Send(self.inner, arg, &res)
+            except BaseException:
+                self.finish()
+                raise
+            value = <object>res
+            Py_XDECREF(res)
+            if r == PYGEN_NEXT:
+                pending[0] = 1
+            else:
+                self.finish()
+            return value
+        raise RuntimeError("cannot reuse already awaited coroutine")
+
+    def __del__(self):
+        if self.state == NEW:
+            warnings.warn(
+                f"Producer.send({self.topic!r}, ...) was never awaited: the record was "
+                "not sent", RuntimeWarning, stacklevel=2)
+
+
+cdef object ps_step(object p, object arg, int* pending):
+    return (<PendingSend>p).step(arg, pending)
+
+
+aiop_install_am_send(PendingSend, ps_step, 1)

@@ -56,7 +56,7 @@ async def test_send_spans_follow_the_conventions_and_travel_in_the_headers(
     async with Producer(bootstrap_servers=kafka_bootstrap, linger_ms=5,
                         client_id="otel-test", tracer_provider=provider,
                         propagator=W3C) as producer:
-        assert producer._hot is False  # tracing takes the Python path
+        assert producer._appender.hot is False  # tracing takes the Python path
         with tracer.start_as_current_span("handler") as parent:
             futs = [await producer.send(topic, b"v%d" % i, key=b"k%d" % i,
                                         headers=[("app", b"x")]) for i in range(6)]
@@ -258,7 +258,7 @@ async def test_tracing_off_keeps_the_native_path_and_makes_no_spans(
     async with Producer(bootstrap_servers=kafka_bootstrap,
                         meter_provider=MeterProvider(metric_readers=[reader])) as producer:
         assert producer._tracing is None
-        assert producer._hot is True
+        assert producer._appender.hot is True
         with provider.get_tracer("test").start_as_current_span("handler"):
             await producer.send_and_wait(topic, b"v", key=b"k")
             await (await producer.send_many(topic, [b"a", b"b"]))
@@ -366,7 +366,7 @@ async def test_producing_without_the_extras_installed(kafka_bootstrap: str,
 
         async def main():
             async with Producer(bootstrap_servers={kafka_bootstrap!r}, linger_ms=1) as p:
-                assert p._hot and p._tracing is None and p._telemetry is not None
+                assert p._appender.hot and p._tracing is None and p._telemetry is not None
                 await p.send_and_wait({topic!r}, b"one", key=b"k")
                 await (await p.send({topic!r}, b"two", headers=[("h", b"1")]))
                 await (await p.send_many({topic!r}, [b"three", b"four"]))
