@@ -15,6 +15,7 @@ import argparse
 import dataclasses
 import json
 import math
+import os
 import random
 import resource
 import sys
@@ -269,6 +270,24 @@ def emit(obj: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
+TEST_ONLY_PACKAGES = ("hypothesis",)
+"""Packages of this repository's test environment that no client needs. Runners hide
+them (importing one fails, as where they are not installed): kio imports hypothesis
+whenever it is importable, only to register test strategies for its types, which
+costs ~0.12 s of CPU at ``import aioproducer`` that a user's installation (where
+hypothesis is not a dependency of anything the clients use) does not pay. Set
+``BENCH_KEEP_TEST_PACKAGES=1`` to measure with them."""
+
+
+def hide_test_only_packages() -> None:
+    """See :data:`TEST_ONLY_PACKAGES` (before any client library is imported)."""
+    if os.environ.get("BENCH_KEEP_TEST_PACKAGES") == "1":
+        return
+    for name in TEST_ONLY_PACKAGES:
+        if name not in sys.modules:
+            sys.modules[name] = None  # type: ignore[assignment]  # "import name" fails
+
+
 def child_main(client: str, run: Callable[[RunArgs], Measured],
                argv: list[str] | None = None) -> int:
     """Parse ``--json-args``, call ``run`` and print the one result line."""
@@ -276,6 +295,7 @@ def child_main(client: str, run: Callable[[RunArgs], Measured],
     parser.add_argument("--json-args", required=True, help="a RunArgs object as JSON")
     ns = parser.parse_args(argv)
     args = RunArgs.from_json(ns.json_args)
+    hide_test_only_packages()
     try:
         m = run(args)
     except Skip as e:
