@@ -18,6 +18,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from functools import partial
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -80,6 +81,11 @@ _TOO_LARGE = frozenset({int(ErrorCode.message_too_large), int(ErrorCode.record_l
 # not (yet) by enough replicas.
 _MAYBE_WRITTEN = frozenset({int(ErrorCode.not_enough_replicas_after_append),
                             int(ErrorCode.request_timed_out)})
+_TOPIC = attrgetter("topic")
+_RECORD_COUNT = attrgetter("record_count")
+_SIZE = attrgetter("builder.size_in_bytes")
+_RAW_SIZE = attrgetter("builder.records_size")
+_CREATED = attrgetter("created")
 # Produce v12+ belongs to transaction version 2 (TransactionManager.produce_max_version).
 
 
@@ -373,9 +379,10 @@ class Sender:
                 self._fail(b, exc, written=False)
             return
         by_topic: dict[str, list[tuple[int, memoryview]]] = {}
-        m = self.metrics
         records = 0
         sent: list[ProducerBatch] = []
+        first: list[ProducerBatch] = []  # first attempts (the others are retries)
+        retried: list[int] = []
         for b in batches:
             try:
                 self._close_batch(b)
@@ -387,19 +394,26 @@ class Sender:
                 err.__cause__ = exc
                 self._fail(b, err, written=False)
                 continue
-            builder = b.builder
-            size = builder.size_in_bytes
-            raw = builder.records_size
-            m.batch_sent(b.topic, b.record_count, size,
-                         (size - BATCH_HEADER_SIZE) / raw if raw > 0 else 1.0,
-                         (now - b.created) * 1000.0, b.attempts > 0, now)
-            records += b.record_count
-            by_topic.setdefault(b.topic, []).append((b.partition, builder.view()))
+            n = b.record_count
+            records += n
+            by_topic.setdefault(b.topic, []).append((b.partition, b.builder.view()))
             sent.append(b)
+            if b.attempts > 0:
+                retried.append(n)
+            else:
+                first.append(b)
         if not sent:
             return
         batches = sent
-        m.request_sent(records, now)
+        # The batches' metrics, recorded once for the request (map() with an
+        # attrgetter runs no Python code per batch).
+        sizes = list(map(_SIZE, first))
+        self.metrics.batches_sent(
+            list(map(_TOPIC, first)), list(map(_RECORD_COUNT, first)), sizes,
+            [(size - BATCH_HEADER_SIZE) / raw if raw > 0 else 1.0
+             for size, raw in zip(sizes, map(_RAW_SIZE, first), strict=True)],
+            [(now - created) * 1000.0 for created in map(_CREATED, first)],
+            retried, records, now)
         self.metadata.touch(by_topic, now)  # in use: no expiry (metadata_max_idle_ms)
         topics = []
         for topic, parts in by_topic.items():
