@@ -306,7 +306,8 @@ class Sender:
         comes (or their request fails): that answer still tells whether they were
         written, which the partition's later sequences depend on."""
         limit = self.delivery_timeout
-        for dq in self.in_flight.values():
+        # Only partitions whose first batch in flight is past its time have any.
+        for dq in [dq for dq in self.in_flight.values() if dq and now - dq[0].created >= limit]:
             for b in dq:  # in creation order
                 if now - b.created < limit:
                     break
@@ -317,14 +318,11 @@ class Sender:
                         "written"), written=None)
 
     def _oldest_in_flight(self) -> float | None:
-        oldest = None
-        for dq in self.in_flight.values():
-            for b in dq:
-                if not b.result.done():
-                    if oldest is None or b.created < oldest:
-                        oldest = b.created
-                    break
-        return oldest
+        """Creation time of the oldest batch in flight not yet completed (per
+        partition, the first one not completed; one line per partition)."""
+        oldest = min([dq[0].created if not dq[0].result.done() else _first_pending(dq)
+                      for dq in self.in_flight.values() if dq], default=_NEVER)
+        return None if oldest == _NEVER else oldest
 
     def _muted(self) -> set[TopicPartition]:
         if not self.guarantee_order:
@@ -457,7 +455,8 @@ class Sender:
             else:
                 b.builder.close(b.producer_id, b.producer_epoch, b.base_sequence,
                                 self.txn is not None)
-            self.acc.batch_closed(b)
+            if self.acc.codec:  # only compressed batches teach it anything
+                self.acc.batch_closed(b)
 
     def _on_produce_future(self, node: int, version: int, batches: list[ProducerBatch],
                            sent_at: float, fut: asyncio.Future[ProduceResponse]) -> None:
@@ -478,9 +477,12 @@ class Sender:
         now = time.monotonic()
         for b in batches:
             flying = self.in_flight.get(b.tp)
-            if flying is not None:
-                with contextlib.suppress(ValueError):
-                    flying.remove(b)
+            if flying:
+                if flying[0] is b:  # the usual case: answers come in order
+                    flying.popleft()
+                else:
+                    with contextlib.suppress(ValueError):
+                        flying.remove(b)
         try:
             if exc is not None:
                 log.info("produce request to node %s failed (%d batch(es)): %s", node,
@@ -504,9 +506,15 @@ class Sender:
                          for e in getattr(response, "node_endpoints", ())}
             results: dict[TopicPartition, Any] = {}
             names_by_id = self.metadata.cluster.names_by_id
+            last_id: Any = None
+            last_name: str | None = None
             for name, topic_id, part in produce_results(response):
                 if name is None and topic_id is not None:
-                    name = names_by_id.get(topic_id)
+                    # A topic's partitions come one after another, with one id
+                    # object: look it up once (a UUID hashes in Python).
+                    if topic_id is not last_id:
+                        last_id, last_name = topic_id, names_by_id.get(topic_id)
+                    name = last_name
                 if name is not None:
                     results[(name, int(part.index))] = part
             for b in batches:
@@ -538,10 +546,14 @@ class Sender:
             if pid is not None and b.base_sequence >= 0:
                 pid.acknowledged(b)
                 self._unknown_outcome.discard(b)
-            if not expired:
-                offset = int(p.base_offset) if code == 0 else -1
-                self.acc.complete(b, offset, _log_append_ms(p.log_append_time) if code == 0
-                                  else -1, None)
+            if expired:
+                return
+            if code == 0:
+                append_time = p.log_append_time  # None unless the topic uses LogAppendTime
+                self.acc.complete(b, int(p.base_offset), -1 if append_time is None
+                                  else _log_append_ms(append_time), None)
+            else:
+                self.acc.complete(b, -1, -1, None)
             return
         if expired:
             return  # its records already failed; the partition is marked unresolved
@@ -784,6 +796,17 @@ class Sender:
             await self.pid.init(time.monotonic())
         finally:
             self.wakeup()
+
+
+_NEVER = float("inf")
+
+
+def _first_pending(batches: deque[ProducerBatch]) -> float:
+    """Creation time of the first batch not completed (inf: none)."""
+    for b in batches:
+        if not b.result.done():
+            return float(b.created)
+    return _NEVER
 
 
 def _written(exc: BaseException) -> bool | None:
