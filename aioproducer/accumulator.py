@@ -245,12 +245,8 @@ class RecordAccumulator:
             if appended is not None:
                 return AppendResult(appended[0], appended[1], False)
         size = self.block_size_for(record_size, tp)
-        charge = self._charge_for(size, record_size, tp) if self.codec else size
-        # allocate()'s first step inline: memory at once when no one waits for it.
-        block = None if self._waiters else self.pool.try_allocate(charge)
-        waited = block is None
-        if block is None:
-            block = await self.allocate(charge, max_block_s)
+        charge = self._charge_for(size, record_size, tp)
+        block = await self.allocate(charge, max_block_s)
         if self._refusal is not None:
             self.release_block(block)
             self._check_open()
@@ -260,13 +256,11 @@ class RecordAccumulator:
             except BaseException:
                 self.release_block(block)
                 raise
-        if waited:
-            # Another send may have opened a batch for this partition while we waited
-            # (without an await since the last try, nothing can have).
-            appended = self._append_counted(tp, timestamp, key, value, headers, sticky)
-            if appended is not None:
-                self.release_block(block)
-                return AppendResult(appended[0], appended[1], False)
+        # Another send may have opened a batch for this partition while we waited.
+        appended = self._append_counted(tp, timestamp, key, value, headers, sticky)
+        if appended is not None:
+            self.release_block(block)
+            return AppendResult(appended[0], appended[1], False)
         if charge < size:
             block = self._outside_block(block, size)
         batch = self.new_batch(tp, block,
@@ -567,8 +561,7 @@ class RecordAccumulator:
                     self._wake_first_waiter()
                 return
             self.pool.release(block)
-            if self._waiters:
-                self._wake_first_waiter()
+            self._wake_first_waiter()
 
     def split(self, batch: ProducerBatch, loop: asyncio.AbstractEventLoop
               ) -> list[ProducerBatch]:
@@ -674,9 +667,7 @@ class RecordAccumulator:
                 res.next_check = min(res.next_check, batch.next_attempt - now)
                 continue
             waited = now - batch.created
-            if batch.full:  # never held
-                res.nodes.add(leader)
-            elif send_now or len(dq) > 1 or waited >= self.linger \
+            if send_now or batch.full or len(dq) > 1 or waited >= self.linger \
                     or (hurried and self._is_hurried(tp)):
                 if not _held(tp, batch, dq, flying):
                     res.nodes.add(leader)
@@ -772,7 +763,7 @@ class RecordAccumulator:
                 batch = dq[0]
                 if batch.attempts > 0 and now < batch.next_attempt:
                     continue
-                if batch.record_count == 0 or (not batch.full and _held(tp, batch, dq, flying)):
+                if batch.record_count == 0 or _held(tp, batch, dq, flying):
                     continue
                 if may_send is not None and not may_send(batch):
                     continue
@@ -822,10 +813,8 @@ class RecordAccumulator:
         are checked in order too, so records are never reordered around a failure.
         """
         out: list[ProducerBatch] = []
-        limit = self.delivery_timeout
-        # Only partitions whose head is past its time have any (one line per partition).
-        for dq in [dq for dq in self.batches.values() if dq and now - dq[0].created >= limit]:
-            while dq and now - dq[0].created >= limit:
+        for dq in self.batches.values():
+            while dq and now - dq[0].created >= self.delivery_timeout:
                 out.append(dq.popleft())
         return out
 

@@ -14,10 +14,8 @@ ns, ``metadata-age`` in s, rates per second.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from functools import reduce
-from operator import add
 from typing import Any
 
 __all__ = ["MetricsSnapshot", "ProducerMetrics", "WindowedStat", "prometheus_collector"]
@@ -62,22 +60,6 @@ class WindowedStat:
             self._cur_max = value
         self.total += value
         self.total_count += 1
-
-    def record_all(self, values: Sequence[float], now: float) -> None:
-        """:meth:`record` of each of ``values`` in turn, all at ``now``, in one call:
-        the same sums (added one by one, in order, so equal to the last bit), counts
-        and maximum."""
-        if not values:
-            return
-        if now - self._cur_start >= _WINDOW:
-            self._roll(now)
-        self._cur_sum = reduce(add, values, self._cur_sum)
-        self._cur_count += len(values)
-        top = max(values)
-        if top > self._cur_max:
-            self._cur_max = top
-        self.total = reduce(add, values, self.total)
-        self.total_count += len(values)
 
     def rate(self, now: float) -> float:
         """Sum per second over the window (since creation while younger)."""
@@ -172,42 +154,6 @@ class ProducerMetrics:
 
     def request_sent(self, records: int, now: float) -> None:
         self.records_per_request.record(records, now)
-
-    def batches_sent(self, topics: Sequence[str], records: Sequence[int],
-                     sizes: Sequence[int], compression_rates: Sequence[float],
-                     queue_ms: Sequence[float], retried: Sequence[int],
-                     request_records: int, now: float) -> None:
-        """One Produce request: :meth:`batch_sent` for each of its batches (the
-        first attempts: ``topics`` to ``queue_ms``, one entry per batch; ``retried``:
-        the record counts of the batches sent again), then :meth:`request_sent`. The
-        stats come out exactly as from those calls, for a few additions per request
-        instead of seven per batch."""
-        if retried:
-            self.record_retry.record_all(retried, now)
-        if records:
-            self.record_send.record_all(records, now)
-            self.bytes.record_all(sizes, now)
-            self.batch_size.record_all(sizes, now)
-            self.compression_rate.record_all(compression_rates, now)
-            self.queue_time.record_all(queue_ms, now)
-            first = topics[0]
-            if topics.count(first) == len(topics):  # one topic (the usual request)
-                self._topic_sent(first, records, sizes, now)
-            else:
-                for topic in dict.fromkeys(topics):  # in order of first appearance
-                    mine = [i for i, t in enumerate(topics) if t == topic]
-                    self._topic_sent(topic, [records[i] for i in mine],
-                                     [sizes[i] for i in mine], now)
-        self.records_per_request.record(request_records, now)
-
-    def _topic_sent(self, topic: str, records: Sequence[int], sizes: Sequence[int],
-                    now: float) -> None:
-        ts = self.topic_send.get(topic)
-        if ts is None:
-            ts = self.topic_send[topic] = WindowedStat(now)
-            self.topic_bytes[topic] = WindowedStat(now)
-        ts.record_all(records, now)
-        self.topic_bytes[topic].record_all(sizes, now)
 
     def response(self, node: int, latency_ms: float, throttle_ms: float, now: float) -> None:
         self.request_latency.record(latency_ms, now)

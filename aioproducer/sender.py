@@ -18,7 +18,6 @@ import time
 from collections import deque
 from collections.abc import Callable
 from functools import partial
-from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -81,11 +80,6 @@ _TOO_LARGE = frozenset({int(ErrorCode.message_too_large), int(ErrorCode.record_l
 # not (yet) by enough replicas.
 _MAYBE_WRITTEN = frozenset({int(ErrorCode.not_enough_replicas_after_append),
                             int(ErrorCode.request_timed_out)})
-_TOPIC = attrgetter("topic")
-_RECORD_COUNT = attrgetter("record_count")
-_SIZE = attrgetter("builder.size_in_bytes")
-_RAW_SIZE = attrgetter("builder.records_size")
-_CREATED = attrgetter("created")
 # Produce v12+ belongs to transaction version 2 (TransactionManager.produce_max_version).
 
 
@@ -306,8 +300,7 @@ class Sender:
         comes (or their request fails): that answer still tells whether they were
         written, which the partition's later sequences depend on."""
         limit = self.delivery_timeout
-        # Only partitions whose first batch in flight is past its time have any.
-        for dq in [dq for dq in self.in_flight.values() if dq and now - dq[0].created >= limit]:
+        for dq in self.in_flight.values():
             for b in dq:  # in creation order
                 if now - b.created < limit:
                     break
@@ -318,11 +311,14 @@ class Sender:
                         "written"), written=None)
 
     def _oldest_in_flight(self) -> float | None:
-        """Creation time of the oldest batch in flight not yet completed (per
-        partition, the first one not completed; one line per partition)."""
-        oldest = min([dq[0].created if not dq[0].result.done() else _first_pending(dq)
-                      for dq in self.in_flight.values() if dq], default=_NEVER)
-        return None if oldest == _NEVER else oldest
+        oldest = None
+        for dq in self.in_flight.values():
+            for b in dq:
+                if not b.result.done():
+                    if oldest is None or b.created < oldest:
+                        oldest = b.created
+                    break
+        return oldest
 
     def _muted(self) -> set[TopicPartition]:
         if not self.guarantee_order:
@@ -377,10 +373,9 @@ class Sender:
                 self._fail(b, exc, written=False)
             return
         by_topic: dict[str, list[tuple[int, memoryview]]] = {}
+        m = self.metrics
         records = 0
         sent: list[ProducerBatch] = []
-        first: list[ProducerBatch] = []  # first attempts (the others are retries)
-        retried: list[int] = []
         for b in batches:
             try:
                 self._close_batch(b)
@@ -392,26 +387,19 @@ class Sender:
                 err.__cause__ = exc
                 self._fail(b, err, written=False)
                 continue
-            n = b.record_count
-            records += n
-            by_topic.setdefault(b.topic, []).append((b.partition, b.builder.view()))
+            builder = b.builder
+            size = builder.size_in_bytes
+            raw = builder.records_size
+            m.batch_sent(b.topic, b.record_count, size,
+                         (size - BATCH_HEADER_SIZE) / raw if raw > 0 else 1.0,
+                         (now - b.created) * 1000.0, b.attempts > 0, now)
+            records += b.record_count
+            by_topic.setdefault(b.topic, []).append((b.partition, builder.view()))
             sent.append(b)
-            if b.attempts > 0:
-                retried.append(n)
-            else:
-                first.append(b)
         if not sent:
             return
         batches = sent
-        # The batches' metrics, recorded once for the request (map() with an
-        # attrgetter runs no Python code per batch).
-        sizes = list(map(_SIZE, first))
-        self.metrics.batches_sent(
-            list(map(_TOPIC, first)), list(map(_RECORD_COUNT, first)), sizes,
-            [(size - BATCH_HEADER_SIZE) / raw if raw > 0 else 1.0
-             for size, raw in zip(sizes, map(_RAW_SIZE, first), strict=True)],
-            [(now - created) * 1000.0 for created in map(_CREATED, first)],
-            retried, records, now)
+        m.request_sent(records, now)
         self.metadata.touch(by_topic, now)  # in use: no expiry (metadata_max_idle_ms)
         topics = []
         for topic, parts in by_topic.items():
@@ -455,8 +443,7 @@ class Sender:
             else:
                 b.builder.close(b.producer_id, b.producer_epoch, b.base_sequence,
                                 self.txn is not None)
-            if self.acc.codec:  # only compressed batches teach it anything
-                self.acc.batch_closed(b)
+            self.acc.batch_closed(b)
 
     def _on_produce_future(self, node: int, version: int, batches: list[ProducerBatch],
                            sent_at: float, fut: asyncio.Future[ProduceResponse]) -> None:
@@ -477,12 +464,9 @@ class Sender:
         now = time.monotonic()
         for b in batches:
             flying = self.in_flight.get(b.tp)
-            if flying:
-                if flying[0] is b:  # the usual case: answers come in order
-                    flying.popleft()
-                else:
-                    with contextlib.suppress(ValueError):
-                        flying.remove(b)
+            if flying is not None:
+                with contextlib.suppress(ValueError):
+                    flying.remove(b)
         try:
             if exc is not None:
                 log.info("produce request to node %s failed (%d batch(es)): %s", node,
@@ -506,15 +490,9 @@ class Sender:
                          for e in getattr(response, "node_endpoints", ())}
             results: dict[TopicPartition, Any] = {}
             names_by_id = self.metadata.cluster.names_by_id
-            last_id: Any = None
-            last_name: str | None = None
             for name, topic_id, part in produce_results(response):
                 if name is None and topic_id is not None:
-                    # A topic's partitions come one after another, with one id
-                    # object: look it up once (a UUID hashes in Python).
-                    if topic_id is not last_id:
-                        last_id, last_name = topic_id, names_by_id.get(topic_id)
-                    name = last_name
+                    name = names_by_id.get(topic_id)
                 if name is not None:
                     results[(name, int(part.index))] = part
             for b in batches:
@@ -546,14 +524,10 @@ class Sender:
             if pid is not None and b.base_sequence >= 0:
                 pid.acknowledged(b)
                 self._unknown_outcome.discard(b)
-            if expired:
-                return
-            if code == 0:
-                append_time = p.log_append_time  # None unless the topic uses LogAppendTime
-                self.acc.complete(b, int(p.base_offset), -1 if append_time is None
-                                  else _log_append_ms(append_time), None)
-            else:
-                self.acc.complete(b, -1, -1, None)
+            if not expired:
+                offset = int(p.base_offset) if code == 0 else -1
+                self.acc.complete(b, offset, _log_append_ms(p.log_append_time) if code == 0
+                                  else -1, None)
             return
         if expired:
             return  # its records already failed; the partition is marked unresolved
@@ -796,17 +770,6 @@ class Sender:
             await self.pid.init(time.monotonic())
         finally:
             self.wakeup()
-
-
-_NEVER = float("inf")
-
-
-def _first_pending(batches: deque[ProducerBatch]) -> float:
-    """Creation time of the first batch not completed (inf: none)."""
-    for b in batches:
-        if not b.result.done():
-            return float(b.created)
-    return _NEVER
 
 
 def _written(exc: BaseException) -> bool | None:
