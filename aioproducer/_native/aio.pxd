@@ -49,4 +49,5 @@ cdef class PendingSend:
     cdef object inner                  # the Python path's coroutine (DELEGATING)
     cdef unsigned char state           # NEW, DELEGATING, FINISHED (aio.pyx)
     cdef void finish(self) noexcept
+    cdef void drop_record(self) noexcept
     cdef object step(self, object arg, int* pending)

@@ -588,6 +588,9 @@ cdef class PendingSend:
     cdef void finish(self) noexcept:
         self.state = FINISHED
         self.inner = None
+        self.drop_record()
+
+    cdef void drop_record(self) noexcept:
         self.topic = self.value = self.key = self.partition = self.timestamp_ms = None
 
     cdef object step(self, object arg, int* pending):
@@ -610,7 +613,7 @@ cdef class PendingSend:
             except BaseException:
                 self.finish()
                 raise
-            self.topic = self.value = self.key = self.partition = self.timestamp_ms = None
+            self.drop_record()  # (the Python path's coroutine has the record now)
             self.state = DELEGATING
         if self.state == DELEGATING:
             try:

@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import logging
-import operator
 import random
 import socket
 import time
@@ -45,7 +43,7 @@ from ..errors import (
     for_code,
 )
 from .connection import BrokerConnection
-from .protocol import build_entity, request_module, response_type
+from .protocol import build_entity, request_module, response_type, response_union
 from .security import Security
 
 if TYPE_CHECKING:
@@ -93,8 +91,7 @@ else:
         # only when somebody asks.
         if name == "MetadataResponse":
             lo, hi = _METADATA_VERSIONS
-            union = functools.reduce(operator.or_, [
-                response_type(METADATA_KEY, v) for v in range(lo, hi + 1)])
+            union = response_union(METADATA_KEY, range(lo, hi + 1), name)
             globals()[name] = union
             return union
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -53,7 +53,7 @@ from ..errors import ProtocolError, UnsupportedVersionError
 
 if TYPE_CHECKING:
     # Only for the annotations: at run time each version's module is imported when
-    # that version is first used (response_type(), _produce_response_type()).
+    # that version is first used (response_type()).
     import kio.schema.produce.v9.response as _r9
     import kio.schema.produce.v10.response as _r10
     import kio.schema.produce.v11.response as _r11
@@ -98,6 +98,7 @@ __all__ = [
     "read_uvarint",
     "request_module",
     "response_type",
+    "response_union",
     "uvarint",
 ]
 
@@ -144,16 +145,12 @@ if not TYPE_CHECKING:  # (mypy would take any name for one this function serves)
         # annotates with them): the union of every version's class, which imports the
         # kio modules of all of them, so only when somebody asks.
         if name in ("ProduceResponse", "PartitionProduceResponse"):
-            union = functools.reduce(operator.or_, [
-                getattr(_produce_response_module(v), name) for v in _PRODUCE_VERSIONS])
+            union = response_union(PRODUCE_API_KEY, _PRODUCE_VERSIONS, name)
             globals()[name] = union
             return union
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-_PRODUCE_RESPONSE_TYPES: dict[int, type[ProduceResponse]] = {}
-"""The ``ProduceResponse`` classes of the versions used so far (see
-:func:`_produce_response_type`)."""
 _PRODUCE_V13_RESPONSE_MODULE = "kio.schema.produce.v13.response"
 
 _I16_I32 = struct.Struct(">hi")
@@ -262,27 +259,13 @@ def decode_produce_response(version: int, body: bytes | memoryview) -> ProduceRe
 
     :class:`ProtocolError` for a body that does not decode (see :func:`decode_entity`).
     """
-    cls = _PRODUCE_RESPONSE_TYPES.get(version)
-    if cls is None:
-        cls = _produce_response_type(version)
-    return decode_entity(cls, body)
-
-
-def _produce_response_module(version: int) -> ModuleType:
     if version not in _PRODUCE_VERSIONS:
         raise UnsupportedVersionError(
             f"Produce v{version} is not supported by aioproducer "
             f"(v{PRODUCE_MIN_VERSION}..v{PRODUCE_MAX_VERSION})"
         )
-    return load_payload_module(PRODUCE_API_KEY, version, EntityType.response)
-
-
-def _produce_response_type(version: int) -> type[ProduceResponse]:
-    """kio's ``ProduceResponse`` of ``version`` (v9..v13, else
-    :class:`UnsupportedVersionError`), imported on first use."""
-    cls = cast("type[ProduceResponse]", _produce_response_module(version).ProduceResponse)
-    _PRODUCE_RESPONSE_TYPES[version] = cls
-    return cls
+    return decode_entity(cast("type[ProduceResponse]", response_type(PRODUCE_API_KEY, version)),
+                         body)
 
 
 # -- decoding hostile bytes with kio -------------------------------------------------------
@@ -474,6 +457,15 @@ def response_type(api_key: int, version: int) -> type[ResponsePayload]:
     at import time.
     """
     return load_response_schema(api_key, version)
+
+
+def response_union(api_key: int, versions: range, name: str) -> Any:
+    """The union of the class ``name`` of kio's response module of each of
+    ``versions`` of ``api_key`` (for code that asks for an annotation's value at run
+    time; it imports every one of those modules)."""
+    return functools.reduce(operator.or_, [
+        getattr(load_payload_module(api_key, v, EntityType.response), name)
+        for v in versions])
 
 
 def build_entity(cls: Any, **values: Any) -> Any:
