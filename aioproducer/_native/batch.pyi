@@ -50,6 +50,8 @@ class BatchBuilder:
 
         The bytes change in place: views handed out earlier see the new values.
         """
+    def detach(self) -> None:
+        """Forget the block once it went back to its pool; RuntimeError while live."""
     def view(self) -> memoryview:
         """Read-only view of the closed batch ``[0:size_in_bytes]`` (an export)."""
     @property

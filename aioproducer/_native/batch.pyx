@@ -49,7 +49,7 @@ from libc.stdint cimport (
 )
 
 from .debug cimport AIOP_DEBUG
-from .pool cimport BLOCK_LIVE, Block
+from .pool cimport BLOCK_LIVE, BLOCK_RELEASED, Block
 from .wire cimport (
     Writer,
     put_be16,
@@ -193,7 +193,23 @@ def record_size_upper_bound(Py_ssize_t key_len, Py_ssize_t value_len,
 
 # -- the builder -----------------------------------------------------------------
 
+cdef Block _released_block():
+    cdef Block b = Block.__new__(Block)
+    b.state = BLOCK_RELEASED
+    return b
+
+
+# What a builder holds after detach(): a dead block with no memory and no pool, so that
+# every method that would touch the memory raises as it does for a released block.
+cdef Block RELEASED_BLOCK = _released_block()
+
+
+# Not tracked by the cycle collector: it refers only to its block and its compressor
+# (a codec's callable), and neither refers back to a builder. A completed batch that a
+# record future keeps alive then adds no object to the collector's counts (with
+# detach(), which also lets the block object go).
 @cython.final
+@cython.no_gc
 @cython.auto_pickle(False)
 cdef class BatchBuilder:
     """Builds one record batch v2 in a :class:`Block` (records from offset 61)."""
@@ -478,6 +494,13 @@ cdef class BatchBuilder:
         self.producer_epoch_ = <int16_t>producer_epoch
         self.base_sequence_ = <int32_t>base_sequence
         self.write_producer_state()
+
+    def detach(self) -> None:
+        """Forget the block once it went back to its pool (the batch is done: only
+        its counts and sizes are read after this). RuntimeError while it is live."""
+        if self.block.state == BLOCK_LIVE:
+            raise RuntimeError("detach() of a builder whose block is still live")
+        self.block = RELEASED_BLOCK
 
     def view(self) -> memoryview:
         """Read-only view of the closed batch (an export: the block is not reused
