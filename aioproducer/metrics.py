@@ -2,7 +2,8 @@
 
 Recording happens per batch and per request, never per record: the Sender adds a
 batch's record count and size when it sends the batch, so the cost on the hot path
-is nil and a few additions per batch. Rates, averages and maxima are computed when
+is nil and a few additions per batch, in compiled code (``_native/stats.pyx``: the
+statistics and the recording calls). Rates, averages and maxima are computed when
 :meth:`ProducerMetrics.snapshot` is called, over a window of two 30-second samples
 (Java's ``SampledStat`` with ``metrics.num.samples=2``, ``metrics.sample.window.ms``
 = 30 s).
@@ -18,69 +19,9 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._native.stats import Sensors, WindowedStat
+
 __all__ = ["MetricsSnapshot", "ProducerMetrics", "WindowedStat", "prometheus_collector"]
-
-_WINDOW = 30.0
-
-
-class WindowedStat:
-    """Sum, count and max over the current and the previous sample window, plus
-    all-time totals."""
-
-    __slots__ = ("_cur_count", "_cur_max", "_cur_start", "_cur_sum", "_prev_count",
-                 "_prev_max", "_prev_start", "_prev_sum", "created", "total", "total_count")
-
-    def __init__(self, now: float) -> None:
-        self.created = now
-        self._prev_start = self._cur_start = now
-        self._prev_sum = self._cur_sum = 0.0
-        self._prev_count = self._cur_count = 0
-        self._prev_max = self._cur_max = float("-inf")
-        self.total = 0.0
-        self.total_count = 0
-
-    def _roll(self, now: float) -> None:
-        if now - self._cur_start < _WINDOW:
-            return
-        if now - self._cur_start < 2 * _WINDOW:
-            self._prev_start, self._prev_sum = self._cur_start, self._cur_sum
-            self._prev_count, self._prev_max = self._cur_count, self._cur_max
-        else:  # nothing recorded for a whole window
-            self._prev_start, self._prev_sum = now - _WINDOW, 0.0
-            self._prev_count, self._prev_max = 0, float("-inf")
-        self._cur_start, self._cur_sum = now, 0.0
-        self._cur_count, self._cur_max = 0, float("-inf")
-
-    def record(self, value: float, now: float) -> None:
-        if now - self._cur_start >= _WINDOW:
-            self._roll(now)
-        self._cur_sum += value
-        self._cur_count += 1
-        if value > self._cur_max:
-            self._cur_max = value
-        self.total += value
-        self.total_count += 1
-
-    def rate(self, now: float) -> float:
-        """Sum per second over the window (since creation while younger)."""
-        self._roll(now)
-        elapsed = max(now - self._prev_start, 1e-3)
-        return (self._prev_sum + self._cur_sum) / elapsed
-
-    def count_rate(self, now: float) -> float:
-        self._roll(now)
-        elapsed = max(now - self._prev_start, 1e-3)
-        return (self._prev_count + self._cur_count) / elapsed
-
-    def avg(self, now: float) -> float:
-        self._roll(now)
-        n = self._prev_count + self._cur_count
-        return (self._prev_sum + self._cur_sum) / n if n else 0.0
-
-    def max(self, now: float) -> float:
-        self._roll(now)
-        m = max(self._prev_max, self._cur_max)
-        return m if m != float("-inf") else 0.0
 
 
 @dataclass(frozen=True)
@@ -102,29 +43,17 @@ class MetricsSnapshot(Mapping[str, float]):
         return len(self.producer)
 
 
-class ProducerMetrics:
-    """The sensors; fed by the Sender, the accumulator and the producer."""
+class ProducerMetrics(Sensors):
+    """The sensors (:class:`~aioproducer._native.stats.Sensors`: ``batch_sent``,
+    ``request_sent``, ``response``, ``records_failed``, ``pool_waited``), fed by the
+    Sender, the accumulator and the producer, and their snapshot."""
 
     def __init__(self, client_id: str, clock: Callable[[], float] = time.monotonic) -> None:
+        now = clock()
+        super().__init__(now)
         self.client_id = client_id
         self._clock = clock
-        now = clock()
         self.created = now
-        self.record_send = WindowedStat(now)      # records sent (first attempt), per batch
-        self.record_error = WindowedStat(now)     # records failed
-        self.record_retry = WindowedStat(now)     # records in batches sent again
-        self.bytes = WindowedStat(now)            # batch bytes sent (first attempt)
-        self.batch_size = WindowedStat(now)       # bytes per batch
-        self.records_per_request = WindowedStat(now)
-        self.compression_rate = WindowedStat(now)
-        self.request_latency = WindowedStat(now)  # ms
-        self.queue_time = WindowedStat(now)       # ms, batch creation -> drain
-        self.throttle_time = WindowedStat(now)    # ms
-        self.pool_wait = WindowedStat(now)        # ns waited for buffer memory
-        self.topic_send: dict[str, WindowedStat] = {}
-        self.topic_bytes: dict[str, WindowedStat] = {}
-        self.topic_errors: dict[str, WindowedStat] = {}
-        self.node_latency: dict[int, WindowedStat] = {}
         self.leader_hints_used = 0
         """KIP-951: leaders moved from a Produce response's hint (no metadata wait)."""
         self.throttle_time_total = 0.0
@@ -132,46 +61,6 @@ class ProducerMetrics:
 
     def now(self) -> float:
         return self._clock()
-
-    # -- recording (per batch / per request) ---------------------------------------
-
-    def batch_sent(self, topic: str, records: int, size: int, compression_rate: float,
-                   queue_ms: float, retry: bool, now: float) -> None:
-        if retry:
-            self.record_retry.record(records, now)
-            return
-        self.record_send.record(records, now)
-        self.bytes.record(size, now)
-        self.batch_size.record(size, now)
-        self.compression_rate.record(compression_rate, now)
-        self.queue_time.record(queue_ms, now)
-        ts = self.topic_send.get(topic)
-        if ts is None:
-            ts = self.topic_send[topic] = WindowedStat(now)
-            self.topic_bytes[topic] = WindowedStat(now)
-        ts.record(records, now)
-        self.topic_bytes[topic].record(size, now)
-
-    def request_sent(self, records: int, now: float) -> None:
-        self.records_per_request.record(records, now)
-
-    def response(self, node: int, latency_ms: float, throttle_ms: float, now: float) -> None:
-        self.request_latency.record(latency_ms, now)
-        self.throttle_time.record(throttle_ms, now)
-        nl = self.node_latency.get(node)
-        if nl is None:
-            nl = self.node_latency[node] = WindowedStat(now)
-        nl.record(latency_ms, now)
-
-    def records_failed(self, topic: str, records: int, now: float) -> None:
-        self.record_error.record(records, now)
-        te = self.topic_errors.get(topic)
-        if te is None:
-            te = self.topic_errors[topic] = WindowedStat(now)
-        te.record(records, now)
-
-    def pool_waited(self, ns: int, now: float) -> None:
-        self.pool_wait.record(ns, now)
 
     # -- reading -----------------------------------------------------------------------
 
