@@ -29,7 +29,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import CLIENTS_BY_NAME, SCENARIOS, RunArgs
+from bench.common import CLIENTS_BY_NAME, SCENARIOS, RunArgs, percentile
 
 RUNNERS = {"aioproducer": "bench.client_aioproducer", "confluent": "bench.client_confluent",
            "aiokafka": "bench.client_aiokafka"}
@@ -41,7 +41,8 @@ def _run_args(ns: argparse.Namespace, topic: str) -> RunArgs:
     args = RunArgs(bootstrap=ns.bootstrap, topic=topic, records=ns.records,
                    value_size=sc.value_size, key_size=sc.key_size,
                    partitions=sc.partitions, acks=sc.acks, idempotence=sc.idempotence,
-                   linger_ms=sc.linger_ms, compression=sc.compression, mode=sc.mode)
+                   linger_ms=sc.linger_ms, compression=sc.compression, mode=sc.mode,
+                   rate=float(ns.rate), sync_api=sc.sync_api)
     for k, v in client.options.items():
         setattr(args, k, v)
     return args
@@ -58,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=1, help="runs, each on a fresh topic")
     p.add_argument("--cprofile", action="store_true", help="print cProfile's top functions")
     p.add_argument("--top", type=int, default=25)
+    p.add_argument("--rate", type=int, default=10_000,
+                   help="records per second in the paced scenarios (as bench's --paced-rate)")
     p.add_argument("--topic", default=None,
                    help="an existing topic (not created nor deleted here)")
     p.add_argument("--json", action="store_true", help="one JSON line per run")
@@ -97,12 +100,17 @@ def main(argv: list[str] | None = None) -> int:
                 "records": m.records, "elapsed_s": round(m.elapsed_s, 4),
                 "records_per_s": round(m.records / max(m.elapsed_s, 1e-9)),
                 "cpu_us_per_record": round(cpu_us, 3), "errors": len(m.errors)}
+        lat = sorted(m.latencies_s or ())
+        if lat:
+            line["p50_ms"] = round((percentile(lat, 0.5) or 0.0) * 1e3, 3)
+            line["p99_ms"] = round((percentile(lat, 0.99) or 0.0) * 1e3, 3)
         if ns.json:
             print(json.dumps(line))
         else:
             print(f"{ns.client} {ns.scenario} rep {rep}: {m.records} records in "
                   f"{m.elapsed_s:.3f} s ({line['records_per_s']:,}/s), "
-                  f"CPU {cpu_us:.3f} us/record, {len(m.errors)} errors")
+                  f"CPU {cpu_us:.3f} us/record, {len(m.errors)} errors"
+                  + (f", p50 {line['p50_ms']} ms, p99 {line['p99_ms']} ms" if lat else ""))
         if prof is not None:
             out = io.StringIO()
             stats = pstats.Stats(prof, stream=out)
