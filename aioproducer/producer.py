@@ -584,6 +584,11 @@ class Producer:
             sender.run_once(time.monotonic())
             if batch.full:
                 return  # drained and written: nothing left for the Sender task
+            if sender.in_flight.get(batch.tp):
+                # It waits for its partition's request in flight, whose answer (or
+                # failure) wakes the Sender as this batch is queued; a pass now would
+                # find nothing to do, at the cost of a turn of the loop and a timer.
+                return
         sender.wakeup()
 
     # -- observability -----------------------------------------------------------

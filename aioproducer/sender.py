@@ -114,6 +114,8 @@ class Sender:
         self.in_flight: dict[TopicPartition, deque[ProducerBatch]] = {}
         self.task: asyncio.Task[None] | None = None
         self._sleeper: asyncio.Future[None] | None = None
+        # The timer that ends the Sender's sleep at the latest (see _run), or None.
+        self._timer: asyncio.TimerHandle | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self._stopped = False
         self._latency_ms = 0.0
@@ -147,6 +149,9 @@ class Sender:
     async def stop(self) -> None:
         """Cancel the task and every background request it started."""
         self._stopped = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         tasks = list(self._background)
         if self.task is not None:
             tasks.append(self.task)
@@ -161,6 +166,14 @@ class Sender:
         task.add_done_callback(self._background.discard)
 
     async def _run(self) -> None:
+        try:
+            await self._loop_passes()
+        finally:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+
+    async def _loop_passes(self) -> None:
         loop = asyncio.get_running_loop()
         while not self._stopped:
             delay = self.run_once(time.monotonic())
@@ -169,15 +182,27 @@ class Sender:
             if self._stopped:
                 return
             self._sleeper = loop.create_future()
-            handle = loop.call_later(min(delay, 1.0), self.wakeup) if delay > 0 else None
-            if delay <= 0:
+            if delay > 0:
+                # A timer that fires no later than needed is kept (its pass may find
+                # nothing to do): most sleeps end in wakeup() long before their timer,
+                # and a new timer per sleep, cancelled at once, cost a heap push and a
+                # handle per request.
+                deadline = loop.time() + min(delay, 1.0)
+                timer = self._timer
+                if timer is None or timer.when() > deadline:
+                    if timer is not None:
+                        timer.cancel()
+                    self._timer = loop.call_at(deadline, self._on_timer)
+            else:
                 self._sleeper.set_result(None)
             try:
                 await self._sleeper
             finally:
                 self._sleeper = None
-                if handle is not None:
-                    handle.cancel()
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self.wakeup()
 
     def fail_producer(self, exc: BaseException) -> None:
         """A bug or an unexpected error in the Sender: fail the producer, loudly.
