@@ -68,21 +68,21 @@ cdef class WindowedStat:
         self.total += value
         self.total_count += 1
 
-    def rate(self, double now) -> float:
-        """Sum per second over the window (since creation while younger)."""
+    cdef double window_seconds(self, double now) noexcept:
+        # Rolls the windows to now; the seconds they span (at least 1 ms).
         self.roll(now)
         cdef double elapsed = now - self._prev_start
-        if elapsed < 1e-3:
-            elapsed = 1e-3
-        return (self._prev_sum + self._cur_sum) / elapsed
+        return elapsed if elapsed > 1e-3 else 1e-3
+
+    def rate(self, double now) -> float:
+        """Sum per second over the window (since creation while younger)."""
+        cdef double seconds = self.window_seconds(now)  # (rolls first)
+        return (self._prev_sum + self._cur_sum) / seconds
 
     def count_rate(self, double now) -> float:
         """Values recorded per second over the window."""
-        self.roll(now)
-        cdef double elapsed = now - self._prev_start
-        if elapsed < 1e-3:
-            elapsed = 1e-3
-        return (self._prev_count + self._cur_count) / elapsed
+        cdef double seconds = self.window_seconds(now)  # (rolls first)
+        return (self._prev_count + self._cur_count) / seconds
 
     def avg(self, double now) -> float:
         """Mean of the values in the window (0 when there are none)."""
