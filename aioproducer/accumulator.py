@@ -540,26 +540,26 @@ class RecordAccumulator:
         batch.error = error
         self.deallocate(batch)
         self.incomplete.discard(batch)
-        if not batch.result.done():  # (only ever done here; a user cannot reach it)
-            batch.result.set_result(None)
-            batch.wake_waiters()
-            self._settle(batch)
+        self._resolve(batch)
         # A split batch is done once all of its pieces are: its records' futures
         # resolve through the pieces.
         while batch.parent is not None and batch.child_done():
             batch = batch.parent
-            if not batch.result.done():
-                batch.result.set_result(None)
-                batch.wake_waiters()
-                self._settle(batch)
+            self._resolve(batch)
 
-    def _settle(self, batch: ProducerBatch) -> None:
-        """Let a completed batch hold one done future shared by all of them, not its
-        own. A record future the application keeps holds its batch, and the batch
-        held its future, builder and block: objects that the cycle collector counted
-        and walked until the application let go (with one record per batch, as with
-        linger 0, the collections they caused showed in the tail latency). Its builder
-        forgot its block in :meth:`deallocate`; only the batch itself is left."""
+    def _resolve(self, batch: ProducerBatch) -> None:
+        """Set the batch's ``result`` and wake its waiters (only ever done here; a
+        user cannot reach it), then let it hold one done future shared by all completed
+        batches instead of its own. A record future the application keeps holds its
+        batch, and the batch held its future, builder and block: objects that the cycle
+        collector counted and walked until the application let go (with one record per
+        batch, as with linger 0, the collections they caused showed in the tail
+        latency). Its builder forgot its block in :meth:`deallocate`; only the batch
+        itself is left."""
+        if batch.result.done():
+            return
+        batch.result.set_result(None)
+        batch.wake_waiters()
         settled = self._settled
         if settled is None:
             settled = self._settled = batch.result.get_loop().create_future()
@@ -571,16 +571,13 @@ class RecordAccumulator:
         if block is not None:
             batch.block = None
             own = self._split_pools.pop(id(block), None)
-            if own is not None:
-                own.release(block)
-                batch.builder.detach()
-                charged = self._charges.pop(id(block), None)
-                if charged is not None:
-                    self.pool.release(charged)
-                    self._wake_first_waiter()
-                return
-            self.pool.release(block)
+            (self.pool if own is None else own).release(block)
             batch.builder.detach()
+            if own is not None:
+                charged = self._charges.pop(id(block), None)
+                if charged is None:
+                    return
+                self.pool.release(charged)
             self._wake_first_waiter()
 
     def split(self, batch: ProducerBatch, loop: asyncio.AbstractEventLoop

@@ -149,9 +149,6 @@ class Sender:
     async def stop(self) -> None:
         """Cancel the task and every background request it started."""
         self._stopped = True
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
         tasks = list(self._background)
         if self.task is not None:
             tasks.append(self.task)
@@ -166,39 +163,34 @@ class Sender:
         task.add_done_callback(self._background.discard)
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
         try:
-            await self._loop_passes()
-        finally:
+            while not self._stopped:
+                delay = self.run_once(time.monotonic())
+                if self._stopped or (self.acc.closing and not self.acc.incomplete):
+                    return
+                self._sleeper = loop.create_future()
+                if delay > 0:
+                    # A timer that fires no later than needed is kept (its pass may
+                    # find nothing to do): most sleeps end in wakeup() long before
+                    # their timer, and a new timer per sleep, cancelled at once, cost a
+                    # heap push and a handle per request.
+                    deadline = loop.time() + min(delay, 1.0)
+                    timer = self._timer
+                    if timer is None or timer.when() > deadline:
+                        if timer is not None:
+                            timer.cancel()
+                        self._timer = loop.call_at(deadline, self._on_timer)
+                else:
+                    self._sleeper.set_result(None)
+                try:
+                    await self._sleeper
+                finally:
+                    self._sleeper = None
+        finally:  # (stop() cancels the task: this runs then too)
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
-
-    async def _loop_passes(self) -> None:
-        loop = asyncio.get_running_loop()
-        while not self._stopped:
-            delay = self.run_once(time.monotonic())
-            if self.acc.closing and not self.acc.incomplete:
-                return
-            if self._stopped:
-                return
-            self._sleeper = loop.create_future()
-            if delay > 0:
-                # A timer that fires no later than needed is kept (its pass may find
-                # nothing to do): most sleeps end in wakeup() long before their timer,
-                # and a new timer per sleep, cancelled at once, cost a heap push and a
-                # handle per request.
-                deadline = loop.time() + min(delay, 1.0)
-                timer = self._timer
-                if timer is None or timer.when() > deadline:
-                    if timer is not None:
-                        timer.cancel()
-                    self._timer = loop.call_at(deadline, self._on_timer)
-            else:
-                self._sleeper.set_result(None)
-            try:
-                await self._sleeper
-            finally:
-                self._sleeper = None
 
     def _on_timer(self) -> None:
         self._timer = None

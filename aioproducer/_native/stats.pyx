@@ -155,12 +155,8 @@ cdef class Sensors:
         self.batch_size.record(<double>size, now)
         self.compression_rate.record(compression_rate, now)
         self.queue_time.record(queue_ms, now)
-        cdef object ts = self.topic_send.get(topic)
-        if ts is None:
-            ts = self.topic_send[topic] = WindowedStat(now)
-            self.topic_bytes[topic] = WindowedStat(now)
-        (<WindowedStat>ts).record(<double>records, now)
-        (<WindowedStat>self.topic_bytes[topic]).record(<double>size, now)
+        _stat(self.topic_send, topic, now).record(<double>records, now)
+        _stat(self.topic_bytes, topic, now).record(<double>size, now)
 
     def request_sent(self, long long records, double now) -> None:
         self.records_per_request.record(<double>records, now)
