@@ -147,6 +147,29 @@ async def test_first_batch_of_a_partition_is_alone_in_flight(kafka_bootstrap: st
     assert [decode(m.value) for m in consumed] == list(range(2000))
 
 
+async def test_batches_queued_behind_a_lost_ack_go_out_with_linger_0(
+        kafka_bootstrap: str, topic_factory: Any) -> None:
+    """linger_ms=0: a new batch that waits for its partition's request in flight does
+    not wake the Sender, the answer does. Here the answer is lost (the broker wrote the
+    batch, the connection drops when its ack arrives): the failure must wake the Sender
+    just the same, and every record, queued or retried, lands once and in order."""
+    topic = topic_factory(partitions=1)
+    n = 600
+    async with ProxyCluster.start(kafka_bootstrap) as proxies, \
+            Producer(bootstrap_servers=proxies.bootstrap, linger_ms=0) as producer:
+        await producer.send_and_wait(topic, WARM_UP)
+        for proxy in proxies.proxies.values():
+            proxy.drop_after_request(PRODUCE, count=2)
+        keys, results = await stream(producer, topic, n, keys=1, pause_every=20)
+        dropped = sum(p.stats["responses_dropped"] for p in proxies.proxies.values())
+    consumed = without_warm_up(consume_all(kafka_bootstrap, topic, n + 1))
+    outcome = check(keys, results, consumed)
+    print(f"\nlinger 0, {dropped} acks lost: {outcome.line()}")
+    assert dropped >= 1, "no ack was lost: the test proved nothing"
+    assert outcome.failed == 0 and outcome.lost == 0
+    assert outcome.duplicated == 0 and outcome.out_of_order == 0
+
+
 async def test_local_epoch_bump_sends_no_init_producer_id(kafka_bootstrap: str,
                                                           topic_factory: Any) -> None:
     """A partition that needs new sequences gets them under a local epoch bump (same
