@@ -140,7 +140,8 @@ async def run_slow_broker(cluster: ProcessProxies, topic: str, *, records: int =
                           record_size: int = 100, delay_ms: float = 20.0, seed: int = 1,
                           slow_node: int | None = None, adaptive: bool = True,
                           availability_timeout_ms: int = 0, yield_every: int = 0,
-                          timeout_s: float = 120.0, **options: Any) -> SlowBrokerResult:
+                          rate: float = 0.0, timeout_s: float = 120.0,
+                          **options: Any) -> SlowBrokerResult:
     """Send ``records`` keyless records through ``cluster`` (fault proxies), with the
     Produce responses of ``slow_node`` (default: the leader of partition 0) delayed
     by ``delay_ms``; returns where they went and how long it took.
@@ -148,6 +149,11 @@ async def run_slow_broker(cluster: ProcessProxies, topic: str, *, records: int =
     ``yield_every``: let the event loop run other tasks after every so many sends,
     as a service whose sends come from many tasks does (0: a tight loop, which keeps
     the Sender from running except when a new batch opens).
+    ``rate``: send at most this many records per second (in steps of 5 ms), as a
+    service with a steady load does; 0: as fast as the loop goes. A tight loop outruns
+    every broker (the Sender takes one batch per partition per request), so all
+    backlogs grow alike and the adaptive weights can hardly tell a slow broker from
+    the others; a paced load that the fast brokers keep up with shows the slow one.
     """
     rng = random.Random(seed)
     value = rng.randbytes(record_size)
@@ -171,10 +177,18 @@ async def run_slow_broker(cluster: ProcessProxies, topic: str, *, records: int =
             futures = []
             t0 = time.perf_counter()
             async with asyncio.timeout(timeout_s):
+                loop = asyncio.get_running_loop()
+                start = loop.time()
+                step = 0.005
                 for i in range(records):
                     futures.append(await producer.send(topic, value))
                     if yield_every and i % yield_every == yield_every - 1:
                         await asyncio.sleep(0)  # as an application with other work would
+                    if rate > 0:
+                        # Sleep until record i + 1 is due, by whole steps.
+                        due = start + (i + 1) / rate
+                        if due - loop.time() >= step:
+                            await asyncio.sleep(due - loop.time())
                 await producer.flush()
                 metas = [await f for f in futures]
             elapsed = time.perf_counter() - t0
@@ -221,8 +235,9 @@ async def _main(args: argparse.Namespace) -> int:
                     cluster, topic, records=args.records, record_size=args.record_size,
                     delay_ms=args.delay_ms, seed=args.seed + rep, adaptive=args.adaptive,
                     availability_timeout_ms=args.availability_timeout_ms,
-                    yield_every=args.yield_every, batch_size=args.batch_size,
-                    linger_ms=args.linger_ms)
+                    yield_every=args.yield_every, rate=args.rate, batch_size=args.batch_size,
+                    linger_ms=args.linger_ms,
+                    max_in_flight_requests_per_connection=args.max_in_flight)
             label = ("KIP-480 build" if res.adaptive is None
                      else f"KIP-794 adaptive={res.adaptive}")
             _print(res, f"[{rep}] {label}")
@@ -256,6 +271,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--availability-timeout-ms", type=int, default=0)
     ap.add_argument("--yield-every", type=int, default=0,
                     help="yield to the event loop after every N sends (0: never)")
+    ap.add_argument("--rate", type=float, default=0.0,
+                    help="records per second (default 0: a tight loop)")
+    ap.add_argument("--max-in-flight", type=int, default=5,
+                    help="max_in_flight_requests_per_connection")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--serve-proxies", default="", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)

@@ -432,7 +432,13 @@ cdef inline bint _is_bytes_or_none(object o):
 cdef inline bint sticky_switch_due(TopicRoute route) noexcept:
     # KIP-794 (Java's BuiltInPartitioner.updatePartitionInfo with enableSwitch = "all
     # batches full"): the sticky partition moves once batch_size bytes went to it and
-    # its open batch takes no more records, or once twice batch_size bytes went to it.
+    # its open batch takes no more records or holds batch_size bytes, or once twice
+    # batch_size bytes went to it. "Holds batch_size bytes" is Java's full batch; a
+    # batch grown past batch_size (batch_max_size) must not make the partition's stay
+    # longer than the others', or a backlogged partition (whose batches grow) would
+    # get more records per stay and the adaptive weights would count for less.
+    # (Uncompressed batches only: ``pos`` counts uncompressed bytes, and a compressed
+    # batch holds batch_size bytes after compression.)
     cdef int s = route.sticky
     cdef long long limit = route.sticky_limit
     if s < 0 or s >= route.num_partitions or s >= PyList_GET_SIZE(route.tails):
@@ -442,7 +448,9 @@ cdef inline bint sticky_switch_due(TopicRoute route) noexcept:
     if route.sticky_bytes >= 2 * limit:
         return True
     cdef object tail = <object>PyList_GET_ITEM(route.tails, s)
-    return tail is None or (<CoreBatch>tail).full
+    cdef BatchBuilder builder = (<CoreBatch>tail).builder if tail is not None else None
+    return tail is None or (<CoreBatch>tail).full or \
+        (builder.codec_ == 0 and builder.pos >= limit)
 
 
 cdef inline int choose_partition(TopicRoute route, object key, object partition,

@@ -12,6 +12,7 @@ import pytest
 
 from aioproducer import ProducerConfig
 from aioproducer._native import Appender, BufferPool, ProducerBatch
+from aioproducer.compression import codec_id
 from aioproducer.errors import ConfigError, PartitionError
 from aioproducer.metadata import Cluster, PartitionInfo, TopicInfo
 from aioproducer.partitioner import (
@@ -121,9 +122,11 @@ def test_native_path_counts_bytes_and_leaves_the_switch_to_python(
     stop = app.append_many("t", values, None, 0, None, 1, [])
     grown = int(batch.builder.size_in_bytes) - before
     assert route.sticky_bytes == grown  # every appended byte counted
-    # The batch (16 KiB) is not full: the native path goes on to twice batch_size,
-    # then leaves the record to Python (Java: enableSwitch only when the batch is full).
-    assert 2000 <= route.sticky_bytes < 2000 + 120 and 0 < stop < 40
+    # The batch's block (16 KiB, as a batch grown past batch_size has) is not full,
+    # but the batch holds batch_size bytes, which is Java's full batch: the native path
+    # stops there and leaves the record to Python (enableSwitch).
+    assert 1000 <= route.sticky_bytes < 1000 + 120 and 0 < stop < 40
+    assert int(batch.builder.size_in_bytes) >= 1000
     assert route.switch_due()
     # The Python path sees the same and moves the sticky partition.
     nxt = part.sticky("t", info)
@@ -145,8 +148,11 @@ def test_switch_when_the_batch_is_full_past_batch_size(
     batch = open_batch(app, pool, "t", first, loop)
     route = app.route("t")
     assert route is not None
-    app.append_many("t", [b"v" * 90] * 11, None, 0, None, 1, [])
-    assert 1000 <= route.sticky_bytes < 2000 and not route.switch_due()
+    app.append_many("t", [b"v" * 90] * 5, None, 0, None, 1, [])
+    # batch_size bytes went to the partition this stay (some into batches already
+    # sent), but its open batch holds less and takes more: no switch yet.
+    route.sticky_bytes = 1500
+    assert int(batch.builder.size_in_bytes) < 1000 and not route.switch_due()
     batch.full = True  # drained, or no room for the next record
     assert route.switch_due()
     assert app.append_many("t", [b"v"], None, 0, None, 1, []) == 0  # left to Python
@@ -160,6 +166,43 @@ def test_switch_when_the_batch_is_full_past_batch_size(
     assert route.sticky_bytes == 1000 and route.switch_due()
     part.on_appended("t", (first + 1) % 3, 500)  # not the sticky partition: ignored
     assert route.sticky_bytes == 1000
+    # Twice batch_size bytes: a switch even though the open batch takes more.
+    route.sticky = first
+    route.tails[first] = open_batch(app, pool, "t", first, loop)
+    route.sticky_bytes = 1999
+    assert not route.switch_due()
+    route.sticky_bytes = 2000
+    assert route.switch_due()
+
+
+def test_a_grown_batch_does_not_lengthen_the_stay(loop: asyncio.AbstractEventLoop) -> None:
+    """A backlogged partition's batches grow past batch_size (batch_max_size): its stay
+    still ends after batch_size bytes, like every other partition's, so that the
+    adaptive weights decide the shares. (It went on to twice batch_size, giving the
+    slow broker's partitions twice the records per stay.) A compressed batch's
+    uncompressed bytes do not count: it holds batch_size bytes after compression."""
+    pool = BufferPool(16 * BLOCK, BLOCK)
+    part = RecordPartitioner("murmur2", batch_size=1000, seed=SEED)
+    app = part.appender
+    info = topic_info("t", 3)
+    first = part.sticky("t", info)
+    batch = open_batch(app, pool, "t", first, loop)  # 16 KiB: room for 2,000 bytes
+    route = app.route("t")
+    assert route is not None
+    stop = app.append_many("t", [b"v" * 90] * 30, None, 0, None, 1, [])
+    assert stop < 30 and 1000 <= route.sticky_bytes < 1100 and route.switch_due()
+    assert not batch.full  # left open: the next stay here appends to it
+    # Compressed: only the byte count's twice-batch_size rule moves it.
+    part.sticky("t", info)
+    second = route.sticky
+    compressed = ProducerBatch(("t", second), pool.try_allocate(BLOCK),
+                               loop.create_future(), 0.0)
+    compressed.builder.set_compression(codec_id("gzip"), lambda b: bytes(b))
+    route.tails[second] = compressed
+    app.append_many("t", [b"v" * 90] * 11, None, 0, None, 1, [])
+    assert int(compressed.builder.size_in_bytes) >= 1000 and not route.switch_due()
+    route.sticky_bytes = 2000
+    assert route.switch_due()
 
 
 def test_one_partition_never_moves_its_sticky_partition(
