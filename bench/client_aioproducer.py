@@ -45,17 +45,24 @@ async def _send_many(args: RunArgs, p: Any, value: bytes, keys: list[bytes] | No
 
     Whatever it returns is awaited: a list of per-record awaitables, or one awaitable.
     Latency is sampled on every n-th record of a list, or per call otherwise.
+
+    The keys of a chunk are a slice of the key pool repeated (built before the clock
+    starts): record ``i`` gets ``keys[i & KEY_MASK]``, as in the per-record loops, but
+    the chunk's list is made as a bulk caller with a column of keys makes it, not by a
+    Python loop over its records (which cost more than the send itself: ~570 of the
+    ~1,550 instructions per record under callgrind).
     """
     topic, n, chunk, every = args.topic, args.records, args.chunk, args.sample_every
     perf = time.perf_counter
     lat: list[float] = []
     pending: list[Any] = []
+    tiled = None if keys is None else keys * (chunk // len(keys) + 2)
     cpu0 = cpu_seconds()
     t0 = perf()
     for start in range(0, n, chunk):
         count = min(chunk, n - start)
         values = [value] * count
-        ks = None if keys is None else [keys[(start + j) & KEY_MASK] for j in range(count)]
+        ks = None if tiled is None else tiled[start & KEY_MASK:(start & KEY_MASK) + count]
         t = perf()
         res = await p.send_many(topic, values, keys=ks)
         if isinstance(res, list | tuple):
