@@ -559,6 +559,7 @@ class RecordAccumulator:
         if batch.result.done():
             return
         batch.result.set_result(None)
+        batch.settled = True  # the native side's C-level "result is done"
         batch.wake_waiters()
         settled = self._settled
         if settled is None:

@@ -103,6 +103,13 @@ cdef inline bint running_here(object loop) noexcept:
             and PyMethod_GET_SELF(<object>hook) == <PyObject*>loop)
 
 
+cdef inline bint batch_done(CoreBatch b) except -1:
+    # The batch's result is done: ``settled`` (set with the result, by the
+    # accumulator's _resolve) is a C read; ``result.done()`` a method call by name,
+    # ~200 instructions per record in the await of every record future.
+    return b.settled or bool(b.result.done())
+
+
 cdef class ProducerBatch(CoreBatch):
     """A :class:`records.CoreBatch` whose records can be awaited: ``waiter()`` gives a
     private future of the batch's loop, ``wake_waiters()`` resolves them all."""
@@ -130,7 +137,7 @@ cdef class ProducerBatch(CoreBatch):
         """A new future that :meth:`wake_waiters` resolves when the batch completes
         (None if it is done). Awaiting a private future, a cancelled task cancels only
         its own, never the batch's ``result`` that all of its records share."""
-        if self.result.done():
+        if batch_done(self):
             return None
         w = self.result.get_loop().create_future()
         if self.waiters is None:
@@ -283,7 +290,7 @@ cdef class RecordFuture:
         # from its waiter; cancel() cancels the waiters of every task awaiting this.
         cdef ProducerBatch b = self.batch
         if not self.flags & CANCELLED:
-            if not b.result.done():
+            if not batch_done(b):
                 waiter = b.waiter()
                 if waiter is not None:
                     self.remember_waiter(waiter)
@@ -309,7 +316,7 @@ cdef class RecordFuture:
 
     def done(self):
         """True once the record is acknowledged or failed, or this handle cancelled."""
-        return bool(self.flags & CANCELLED) or self.batch.result.done()
+        return bool(self.flags & CANCELLED) or batch_done(self.batch)
 
     def cancelled(self):
         """True if :meth:`cancel` cancelled this handle (the record is still sent)."""
@@ -324,7 +331,7 @@ cdef class RecordFuture:
         if self.flags & CANCELLED:
             raise self._make_cancelled_error()
         cdef CoreBatch b = self.batch
-        if not b.result.done():
+        if not batch_done(b):
             raise InvalidStateError("Result is not set.")
         cdef int32_t i = self.index
         if b.children is not None:
@@ -347,7 +354,7 @@ cdef class RecordFuture:
         if self.flags & CANCELLED:
             raise self._make_cancelled_error()
         cdef CoreBatch b = self.batch
-        if not b.result.done():
+        if not batch_done(b):
             raise InvalidStateError("Exception is not set.")
         cdef int32_t i = self.index
         if b.children is not None:
@@ -363,7 +370,7 @@ cdef class RecordFuture:
         if context is None:
             context = copy_context()
         if self.callbacks is None:
-            if self.flags & CANCELLED or self.batch.result.done():
+            if self.flags & CANCELLED or batch_done(self.batch):
                 self.batch.result.get_loop().call_soon(callback, self, context=context)
                 return
             self.callbacks = [(callback, context)]
@@ -388,7 +395,7 @@ cdef class RecordFuture:
     def cancel(self, msg=None):
         """Cancel this handle, not the record (see the class docstring). False if it is
         done already; else True, and its callbacks are scheduled."""
-        if self.flags & CANCELLED or self.batch.result.done():
+        if self.flags & CANCELLED or batch_done(self.batch):
             return False
         self.flags |= CANCELLED
         awaiting = self.awaiting

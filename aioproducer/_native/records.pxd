@@ -25,6 +25,8 @@ cdef class CoreBatch:
     cdef public double next_attempt    # monotonic time before which a retry waits
     cdef public int attempts           # sends so far that failed retriably
     cdef public bint full              # takes no more records (full, drained or closed)
+    cdef public bint settled           # result is done (set with it, by the accumulator's
+                                       # _resolve): a C read instead of result.done()
     cdef public int64_t base_offset    # from the broker; -1 when unknown
     cdef public int64_t log_append_time  # broker LogAppendTime, -1 for CreateTime
     cdef object error_                 # the final error, None on success (property error)
@@ -81,6 +83,8 @@ cdef class CoreAppender:
     cdef bint ignore_keys              # keyed records are spread like keyless ones
     cdef Py_ssize_t max_payload        # key + value bytes above this take the Python path
     cdef readonly int sticky_batch_size  # KIP-794: new routes' sticky_limit
+    cdef object last_topic             # the topic of the last fast_append lookup
+    cdef TopicRoute last_route         # and its route (None: no cached lookup)
 
     # Route and append one record: the batch it went into, with its index there in
     # index[0] and its timestamp in ts[0]; None means "take the Python path".

@@ -51,6 +51,7 @@ class CoreBatch:
     next_attempt: float
     attempts: int
     full: bool
+    settled: bool
     base_offset: int
     log_append_time: int
     last_error: BaseException | None

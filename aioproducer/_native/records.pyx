@@ -106,6 +106,7 @@ cdef class CoreBatch:
         self.next_attempt = 0.0
         self.attempts = 0
         self.full = False
+        self.settled = False
         self.base_offset = -1
         self.log_append_time = -1
         self.error_ = None
@@ -682,17 +683,28 @@ cdef class CoreAppender:
     def drop_route(self, str topic):
         """Forget a topic's route (it expired from the metadata); its records take
         the Python path again. True if there was one."""
+        self.last_topic = None
+        self.last_route = None
         return self.routes.pop(topic, None) is not None
 
     cdef CoreBatch fast_append(self, object topic, object value, object key,
                                object partition, object timestamp_ms,
                                int32_t* index, int64_t* ts):
-        if type(topic) is not str:
-            return None
-        cdef PyObject* found = PyDict_GetItem(self.routes, topic)
-        if found is NULL:
-            return None
-        cdef TopicRoute route = <TopicRoute>found
+        cdef TopicRoute route
+        cdef PyObject* found
+        if topic is self.last_topic and self.last_route is not None:
+            # An application sends to the same topic object again and again: its
+            # route without a dict lookup (drop_route clears this).
+            route = self.last_route
+        else:
+            if type(topic) is not str:
+                return None
+            found = PyDict_GetItem(self.routes, topic)
+            if found is NULL:
+                return None
+            route = <TopicRoute>found
+            self.last_topic = topic
+            self.last_route = route
         cdef int64_t t
         if not _is_bytes_or_none(value) or not _is_bytes_or_none(key):
             return None

@@ -84,6 +84,35 @@ async def test_is_a_coroutine_that_appends_only_when_awaited() -> None:
     rig.close()
 
 
+async def test_a_dropped_route_is_not_served_from_the_last_lookup() -> None:
+    """The appender keeps the route of the last topic it looked up (an application
+    sends to the same topic object again and again); an equal topic string that is
+    another object finds the route too, and once the route is dropped (the topic
+    expired from the metadata) records take the Python path."""
+    rig = Rig()
+    name = "orders-eu"
+    route = rig.appender.set_route(name, 1)
+    route.sticky = 0
+    block = rig.pool.try_allocate(16384)
+    assert block is not None
+    batch = ProducerBatch((name, 0), block, asyncio.get_running_loop().create_future(), 0.0)
+    route.tails[0] = batch
+    assert isinstance(await rig.appender.send(name, b"a"), RecordFuture)
+    same = "".join(["orders", "-eu"])  # equal to name, not the same object
+    assert same == name and same is not name
+    fut = await rig.appender.send(same, b"b")
+    assert isinstance(fut, RecordFuture) and fut.batch is batch and fut.index == 1
+    assert (await rig.appender.send(TOPIC, b"x")).batch is rig.batch  # another topic
+    assert isinstance(await rig.appender.send(name, b"c"), RecordFuture)
+    assert rig.appender.drop_route(name)  # right after a lookup of name
+    assert await rig.appender.send(name, b"d") == ("slow", b"d")
+    assert await rig.appender.send(same, b"e") == ("slow", b"e")
+    assert batch.record_count == 3
+    batch.full = True
+    rig.pool.release(block)
+    rig.close()
+
+
 async def test_order_is_the_order_of_awaits_as_for_an_async_def() -> None:
     rig = Rig()
     first = rig.appender.send(TOPIC, b"a")

@@ -979,3 +979,41 @@ async def test_wait_and_as_completed_on_a_real_producer(kafka_bootstrap: str,
         assert sorted(got) == list(range(offsets[-1] + 1, offsets[-1] + 51))
         assert [m.offset for m in await asyncio.gather(*more)] == sorted(got)
         assert all(f.done() and not f.cancelled() for f in futs + more)
+
+
+# -- the settled flag: "done" without a method call -------------------------------------
+
+
+async def test_the_accumulator_settles_a_batch_with_its_result() -> None:
+    """RecordAccumulator.complete() sets the batch's result and its ``settled`` flag
+    together; the record futures read the flag (a C read, not ``result.done()``). A
+    batch whose result was set without the flag (as the helper above does) reads as
+    done too: the flag only ever short-cuts the check."""
+    from aioproducer.accumulator import RecordAccumulator
+
+    acc = RecordAccumulator(batch_size=16384, batch_max_size=16384, buffer_memory=1 << 20,
+                            linger_ms=5, retry_backoff_ms=100, retry_backoff_max_ms=1000,
+                            delivery_timeout_ms=120_000)
+    tp = ("t", 0)
+    block = acc.pool.try_allocate(16384)
+    assert block is not None
+    batch = acc.new_batch(tp, block, asyncio.get_running_loop())
+    for i in range(3):
+        assert batch.builder.append(TS + i, None, b"v%d" % i, None) == i
+    futs = futures_of(batch)
+    assert not batch.settled and not any(f.done() for f in futs)
+    with pytest.raises(asyncio.InvalidStateError):
+        futs[0].result()
+    acc.batches[tp].remove(batch)
+    acc.complete(batch, 70, -1, None)
+    assert batch.settled and batch.result.done()
+    assert all(f.done() for f in futs)
+    assert [(await f).offset for f in futs] == [70, 71, 72]
+    assert futs[1].exception() is None and not futs[2].cancel()
+    # Set the other way (result only): the same answers.
+    other = new_batch(2)
+    other_futs = futures_of(other)
+    complete(other, base_offset=5)
+    assert not other.settled
+    assert [f.done() for f in other_futs] == [True, True]
+    assert [(await f).offset for f in other_futs] == [5, 6]
