@@ -10,6 +10,26 @@ from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_CheckBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_GET_SIZE
 from libc.stdint cimport int32_t, uint32_t
 
+
+cdef extern from *:
+    """
+    #include <string.h>
+    /* The little-endian 32-bit word at p (4 readable bytes): one load on a
+       little-endian host, the byte-by-byte form elsewhere. */
+    static inline uint32_t aiop_load_le32(const unsigned char* p) {
+    #if defined(__BYTE_ORDER__) && defined(__ORDER_LITTLE_ENDIAN__) && \
+        __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        uint32_t v;
+        memcpy(&v, p, 4);
+        return v;
+    #else
+        return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16)
+            | ((uint32_t)p[3] << 24);
+    #endif
+    }
+    """
+    uint32_t aiop_load_le32(const unsigned char* p) noexcept nogil
+
 cdef enum:
     M = 0x5BD1E995      # the MurmurHash2 multiplier
     R = 24              # the MurmurHash2 shift
@@ -23,10 +43,7 @@ cdef int32_t murmur2_hash(const unsigned char* data, Py_ssize_t n) noexcept nogi
     cdef uint32_t k
     cdef Py_ssize_t i, tail = n & ~(<Py_ssize_t>3)
     for i in range(0, tail, 4):
-        k = (<uint32_t>data[i]
-             | (<uint32_t>data[i + 1] << 8)
-             | (<uint32_t>data[i + 2] << 16)
-             | (<uint32_t>data[i + 3] << 24))
+        k = aiop_load_le32(data + i)  # i + 4 <= tail <= n: inside the key
         k *= M
         k ^= k >> R
         k *= M

@@ -17,7 +17,8 @@ cdef extern from *:
     static inline int aiop_uvarint_size(uint64_t v) {
     #if defined(__GNUC__) || defined(__clang__)
         int bits = 64 - __builtin_clzll(v | 1);
-        return (bits + 6) / 7;
+        /* (bits + 6) / 7 for bits in 1..64, without a division. */
+        return (bits * 9 + 64) >> 6;
     #else
         int n = 1;
         while (v >= 0x80) { v >>= 7; n++; }

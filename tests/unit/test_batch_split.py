@@ -49,6 +49,29 @@ def test_records_of_batch_reads_back_what_the_builder_wrote(codec: str) -> None:
     assert got == expected
 
 
+def test_varint_lengths_at_every_size_boundary_read_back() -> None:
+    # Keys, values and header values whose lengths sit on each side of a varint
+    # size step (zigzag: 63/64, 8191/8192), so every length field is sized and
+    # written at each width the records use.
+    lengths = [0, 1, 63, 64, 65, 8191, 8192, 8193]
+    Headers = list[tuple[str, bytes | None]] | None
+    records: list[tuple[int, bytes | None, bytes | None, Headers]] = []
+    for i, n in enumerate(lengths):
+        records.append((1_700_000_000_000 + i * 70_000, b"k" * n, b"v" * n,
+                        [("h" * (n % 70), b"x" * n)]))
+        records.append((1_700_000_000_000 - i, None, b"w" * (9000 - n), None))
+    pool = BufferPool(1 << 20, 1 << 18)
+    block = pool.try_allocate(1 << 18)
+    assert block is not None
+    batch = ProducerBatch(("t", 0), block, None, 0.0)
+    for r in records:
+        assert batch.builder.append(*r) >= 0
+    batch.builder.close(7, 1, 100, False)
+    with batch.builder.view() as view:
+        got = list(records_of_batch(view))
+    assert got == records
+
+
 def test_records_of_batch_refuses_truncated_input() -> None:
     pool = BufferPool(1 << 16, 1 << 14)
     block = pool.try_allocate(1 << 14)
