@@ -74,7 +74,36 @@ from .wire cimport (
 # saves, and big batches let other threads run.  It is called once per batch,
 # from close() and set_producer_state(), on a memoryview made straight from the
 # block memory (PyMemoryView_FromMemory: no export, no copy).
-from crc32c import crc32c as _crc32c
+#
+# The function comes from the package's extension module, `crc32c._crc32c`, loaded
+# without running the package's `__init__`: that one reads the package's own version
+# with importlib.metadata, which imports email, zipfile, csv... and cost ~27 ms of
+# CPU at every start of a process (0.5 ms this way). The usual import is the
+# fallback if the layout of the package ever changes.
+def _load_crc32c():
+    import importlib.machinery
+    import importlib.util
+    import sys
+
+    mod = sys.modules.get("crc32c._crc32c")
+    if mod is None:
+        try:
+            pkg = importlib.util.find_spec("crc32c")  # finds the package, runs nothing
+            spec = importlib.machinery.PathFinder.find_spec(
+                "crc32c._crc32c", None if pkg is None else pkg.submodule_search_locations)
+            if spec is None or spec.loader is None:
+                raise ImportError("crc32c._crc32c not found")
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+        except Exception:
+            from crc32c import crc32c
+            return crc32c
+        # `import crc32c` later finds its extension module here and uses it.
+        sys.modules["crc32c._crc32c"] = mod
+    return mod.crc32c
+
+
+_crc32c = _load_crc32c()
 
 #: Bytes of the record batch header; records start at this offset.
 BATCH_HEADER_SIZE = HEADER_SIZE

@@ -71,6 +71,28 @@ def test_optional_features_are_imported_on_first_use() -> None:
     assert [m for m in OPTIONAL_MODULES if m in loaded] == []
 
 
+def test_the_crc32c_function_is_loaded_without_the_package_init() -> None:
+    """The crc32c package's ``__init__`` reads its version with importlib.metadata
+    (email, zipfile, csv...: ~27 ms of CPU per start); the batch core loads the
+    package's extension module alone. hypothesis (a test dependency, which imports
+    importlib.metadata itself) is hidden, as in a service's environment."""
+    code = """\
+import json, sys
+sys.modules["hypothesis"] = None
+import aioproducer
+from aioproducer._native import batch
+loaded = sorted(sys.modules)
+import crc32c
+assert batch._crc32c is crc32c.crc32c, "the package uses the same extension module"
+assert batch._crc32c(b"123456789") == 0xE3069283  # the CRC-32C check value
+print(json.dumps(loaded))
+"""
+    loaded = _run(code)
+    assert "crc32c._crc32c" in loaded
+    assert "crc32c" not in loaded
+    assert "importlib.metadata" not in loaded
+
+
 def _produce_response(version: int, module: Any) -> Any:
     part_fields: dict[str, Any] = {
         "index": i32(3), "error_code": ErrorCode.none, "base_offset": i64(42),
