@@ -127,7 +127,6 @@ class RecordAccumulator:
                  max_request_size: int = 1048576,
                  batch_max_size: int | None = None,
                  appender: Appender | None = None) -> None:
-        self.pool = BufferPool(buffer_memory, batch_size)
         # The routes of the native appender hold each partition's open batch (its
         # tail), where the native send path finds it in one step; only the
         # accumulator sets them.
@@ -137,6 +136,9 @@ class RecordAccumulator:
         # A grown batch takes at most a quarter of the memory, like a compressed one.
         self.batch_max_size = max(batch_size, min(batch_max_size or batch_size,
                                                   buffer_memory // 4))
+        # Grown batches' blocks (batch_size doubled, up to batch_max_size) are reused
+        # too: freed, their pages went back to the kernel and were faulted in again.
+        self.pool = BufferPool(buffer_memory, batch_size, pooled_up_to=self.batch_max_size)
         # KIP-782: the batch size (on the wire) for a partition's next batch, where it
         # differs from batch_size; see batch_taken().
         self.batch_targets: dict[TopicPartition, int] = {}

@@ -24,16 +24,24 @@ cdef class Block:
     cdef BufferPool pool                # owner; None once the memory went back
 
 
+# Pooled block sizes: batch_size << k for k < n_classes (at most this many).
+cdef enum:
+    MAX_SIZE_CLASSES = 16
+
+
 cdef class BufferPool:
     cdef readonly Py_ssize_t total_memory   # bytes the pool may hand out in all
-    cdef readonly Py_ssize_t batch_size     # size of the pooled (reused) blocks
+    cdef readonly Py_ssize_t batch_size     # size of the smallest pooled (reused) blocks
+    cdef readonly Py_ssize_t pooled_up_to   # largest pooled block size (batch_size << k)
+    cdef int n_classes                      # pooled sizes: batch_size << 0 .. n_classes - 1
     cdef Py_ssize_t non_pooled              # never-allocated bytes (Java's nonPooledAvailableMemory)
+    cdef Py_ssize_t pooled                  # bytes on the free lists
     cdef Py_ssize_t allocated               # bytes handed out, quarantined ones included
     cdef Py_ssize_t quarantined             # bytes of released blocks still exported
     cdef Py_ssize_t live_blocks             # handed-out blocks not yet released
-    cdef char** free_list                   # stack of free batch_size blocks (raw memory)
-    cdef Py_ssize_t free_count              # entries on free_list
-    cdef Py_ssize_t free_cap                # slots allocated for free_list
+    cdef char** free_list[MAX_SIZE_CLASSES]         # per size class: stack of free blocks
+    cdef Py_ssize_t free_count[MAX_SIZE_CLASSES]    # entries on each free list
+    cdef Py_ssize_t free_cap[MAX_SIZE_CLASSES]      # slots allocated for each free list
     cdef list quarantine                    # released Blocks that still had exports
 
     # A new LIVE block of at least `size` bytes, or None if the memory is not
@@ -49,6 +57,9 @@ cdef class BufferPool:
     cdef void take_back(self, char* data, Py_ssize_t capacity) noexcept
     # Called by Block.__dealloc__ for a block dropped without release().
     cdef void dropped(self, char* data, Py_ssize_t capacity, bint quarantined) noexcept
-    # Push onto / pop from the free list (push returns -1 if it cannot grow).
-    cdef int push_free(self, char* data) noexcept
-    cdef char* pop_free(self) noexcept
+    # The size class of a block of `size` bytes, or -1 if that size is not pooled.
+    cdef int size_class(self, Py_ssize_t size) noexcept
+    # Push onto / pop from class k's free list (push returns -1 if it cannot grow);
+    # they keep `pooled` up to date.
+    cdef int push_free(self, int k, char* data) noexcept
+    cdef char* pop_free(self, int k) noexcept

@@ -29,17 +29,25 @@ class Block:
 class BufferPool:
     """A bounded pool of :class:`Block` memory, like the Java client's ``BufferPool``."""
 
-    def __init__(self, total_memory: int, batch_size: int, *, preallocate: int = 0) -> None: ...
+    def __init__(self, total_memory: int, batch_size: int, *, preallocate: int = 0,
+                 pooled_up_to: int = 0) -> None: ...
     @property
     def total_memory(self) -> int: ...
     @property
     def batch_size(self) -> int: ...
     @property
+    def pooled_up_to(self) -> int:
+        """The largest pooled block size: ``batch_size`` doubled while it stays within
+        the ``pooled_up_to`` given (``batch_size`` by default)."""
+    @property
     def available_memory(self) -> int:
         """Free pooled blocks + never-allocated memory (quarantined blocks not included)."""
     @property
     def free_blocks(self) -> int:
-        """Pooled ``batch_size`` blocks on the free list."""
+        """Pooled blocks (of every pooled size) on the free lists."""
+    @property
+    def pooled_bytes(self) -> int:
+        """Bytes of the pooled blocks on the free lists."""
     @property
     def allocated_bytes(self) -> int:
         """Bytes handed out, quarantined blocks included (+ available == total)."""

@@ -4,6 +4,10 @@ The pool bounds the producer's memory (``buffer_memory``) exactly like the Java
 client's ``BufferPool``: ``batch_size`` blocks are kept on a free list and
 reused, other sizes are malloc'd and freed on demand, and when the memory is
 used up ``try_allocate`` returns None (the asyncio caller waits and retries).
+Unlike Java's, it can also reuse the blocks of grown batches (``batch_size``
+doubled, up to ``pooled_up_to``: KIP-782's expandable batches), one free list per
+size: freed, their memory went back to the C allocator, which returned it to the
+kernel, and every new grown batch paid a page fault per 4 KiB it wrote.
 
 A block whose bytes may still be read by the transport (it has live buffer
 views) is never reused: releasing it puts it in a quarantine until the views
@@ -103,17 +107,22 @@ cdef class Block:
 cdef class BufferPool:
     """A bounded pool of :class:`Block` memory (Java's ``BufferPool``).
 
-    ``total_memory`` bytes in all; blocks of exactly ``batch_size`` bytes are
-    pooled and reused, other sizes are allocated and freed on demand.
+    ``total_memory`` bytes in all; blocks of exactly ``batch_size`` bytes, and of
+    ``batch_size`` doubled any number of times up to ``pooled_up_to``, are pooled and
+    reused (a free list per size), other sizes are allocated and freed on demand.
     ``preallocate`` creates that many ``batch_size`` blocks up front.
     """
 
     def __cinit__(self, Py_ssize_t total_memory, Py_ssize_t batch_size, *,
-                  Py_ssize_t preallocate=0):
+                  Py_ssize_t preallocate=0, Py_ssize_t pooled_up_to=0):
         cdef char* data
-        self.free_list = NULL
-        self.free_count = 0
-        self.free_cap = 0
+        cdef Py_ssize_t size
+        cdef int k
+        for k in range(MAX_SIZE_CLASSES):
+            self.free_list[k] = NULL
+            self.free_count[k] = 0
+            self.free_cap[k] = 0
+        self.pooled = 0
         if batch_size <= 0:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
         if total_memory < batch_size:
@@ -127,6 +136,13 @@ cdef class BufferPool:
             )
         self.total_memory = total_memory
         self.batch_size = batch_size
+        # Doubling only while the result stays <= pooled_up_to: no overflow.
+        self.n_classes = 1
+        size = batch_size
+        while self.n_classes < MAX_SIZE_CLASSES and size <= pooled_up_to // 2:
+            size *= 2
+            self.n_classes += 1
+        self.pooled_up_to = size
         self.non_pooled = total_memory
         self.allocated = 0
         self.quarantined = 0
@@ -136,7 +152,7 @@ cdef class BufferPool:
             data = <char*>malloc(<size_t>batch_size)
             if data == NULL:
                 raise MemoryError(f"cannot preallocate a {batch_size}-byte block")
-            if self.push_free(data) < 0:
+            if self.push_free(0, data) < 0:
                 free(data)
                 raise MemoryError("cannot grow the free list")
             self.non_pooled -= batch_size
@@ -145,24 +161,35 @@ cdef class BufferPool:
         # Blocks hold a strong reference to their pool, so no Block can still
         # point at this memory here.
         cdef Py_ssize_t i
-        if self.free_list != NULL:
-            for i in range(self.free_count):
-                free(self.free_list[i])
-            free(self.free_list)
-            self.free_list = NULL
-            self.free_count = 0
+        cdef int k
+        for k in range(MAX_SIZE_CLASSES):
+            if self.free_list[k] != NULL:
+                for i in range(self.free_count[k]):
+                    free(self.free_list[k][i])
+                free(self.free_list[k])
+                self.free_list[k] = NULL
+                self.free_count[k] = 0
 
     # -- Python API -------------------------------------------------------------
 
     @property
     def available_memory(self) -> int:
         """Bytes that could be allocated now: free pooled blocks + never-allocated."""
-        return self.non_pooled + self.free_count * self.batch_size
+        return self.non_pooled + self.pooled
 
     @property
     def free_blocks(self) -> int:
-        """Pooled ``batch_size`` blocks waiting on the free list."""
-        return self.free_count
+        """Pooled blocks (of every pooled size) waiting on the free lists."""
+        cdef Py_ssize_t n = 0
+        cdef int k
+        for k in range(self.n_classes):
+            n += self.free_count[k]
+        return n
+
+    @property
+    def pooled_bytes(self) -> int:
+        """Bytes of the pooled blocks waiting on the free lists."""
+        return self.pooled
 
     @property
     def allocated_bytes(self) -> int:
@@ -194,9 +221,17 @@ cdef class BufferPool:
 
     def _check_invariants(self) -> None:
         """Raise AssertionError if the accounting is inconsistent (for tests)."""
-        cdef Py_ssize_t i, j, qbytes = 0
+        cdef Py_ssize_t i, j, qbytes = 0, pooled = 0
+        cdef int k, k2
         cdef Block block
-        pooled = self.free_count * self.batch_size
+        for k in range(MAX_SIZE_CLASSES):
+            if k >= self.n_classes:
+                if self.free_count[k] or self.free_list[k] != NULL:
+                    raise AssertionError(f"free list {k} is used beyond {self.n_classes} classes")
+            else:
+                pooled += self.free_count[k] * (self.batch_size << k)
+        if pooled != self.pooled:
+            raise AssertionError(f"pooled_bytes {self.pooled} != sum of free lists {pooled}")
         if self.allocated + self.non_pooled + pooled != self.total_memory:
             raise AssertionError(
                 f"allocated {self.allocated} + never-allocated {self.non_pooled} + "
@@ -207,14 +242,18 @@ cdef class BufferPool:
                 f"negative counter: non_pooled={self.non_pooled} "
                 f"allocated={self.allocated} live_blocks={self.live_blocks}"
             )
-        if self.free_count > self.free_cap or self.free_count < 0:
-            raise AssertionError(f"free list count {self.free_count} / cap {self.free_cap}")
-        for i in range(self.free_count):
-            if self.free_list[i] == NULL:
-                raise AssertionError(f"free list entry {i} is NULL")
-            for j in range(i):
-                if self.free_list[j] == self.free_list[i]:
-                    raise AssertionError(f"free list entries {j} and {i} are the same memory")
+        for k in range(self.n_classes):
+            if self.free_count[k] > self.free_cap[k] or self.free_count[k] < 0:
+                raise AssertionError(
+                    f"free list {k} count {self.free_count[k]} / cap {self.free_cap[k]}")
+            for i in range(self.free_count[k]):
+                if self.free_list[k][i] == NULL:
+                    raise AssertionError(f"free list {k} entry {i} is NULL")
+                for k2 in range(k + 1):
+                    for j in range(self.free_count[k2] if k2 < k else i):
+                        if self.free_list[k2][j] == self.free_list[k][i]:
+                            raise AssertionError(
+                                f"free list entries {k2}/{j} and {k}/{i} are the same memory")
         if self.quarantine is not None:
             for obj in self.quarantine:
                 block = <Block?>obj
@@ -237,8 +276,9 @@ cdef class BufferPool:
     def __repr__(self) -> str:
         return (
             f"<BufferPool total={self.total_memory} batch_size={self.batch_size} "
-            f"allocated={self.allocated} available={self.available_memory} "
-            f"free_blocks={self.free_count} quarantined={self.quarantined}>"
+            f"pooled_up_to={self.pooled_up_to} allocated={self.allocated} "
+            f"available={self.available_memory} free_blocks={self.free_blocks} "
+            f"quarantined={self.quarantined}>"
         )
 
     # -- C level ----------------------------------------------------------------
@@ -246,6 +286,7 @@ cdef class BufferPool:
     cdef Block allocate(self, Py_ssize_t size):
         cdef char* data
         cdef Block block
+        cdef int k, j
         if size <= 0:
             raise ValueError(f"block size must be positive, got {size}")
         if size > self.total_memory:
@@ -255,18 +296,23 @@ cdef class BufferPool:
             )
         if self.quarantined:
             self.sweep()
-        if size != self.batch_size or self.free_count == 0:
-            if self.non_pooled + self.free_count * self.batch_size < size:
+        k = self.size_class(size)
+        if k < 0 or self.free_count[k] == 0:
+            if self.non_pooled + self.pooled < size:
                 return None
         # Make the object first: if that fails no memory has moved yet.
         block = Block.__new__(Block)
-        if size == self.batch_size and self.free_count > 0:
-            data = self.pop_free()
+        if k >= 0 and self.free_count[k] > 0:
+            data = self.pop_free(k)
         else:
-            # Java's freeUp(): free pooled blocks until enough is unpooled.
+            # Java's freeUp(): free pooled blocks (the largest first) until enough
+            # is unpooled; the check above says that they hold enough.
+            j = self.n_classes - 1
             while self.non_pooled < size:
-                free(self.pop_free())
-                self.non_pooled += self.batch_size
+                while self.free_count[j] == 0:
+                    j -= 1
+                free(self.pop_free(j))
+                self.non_pooled += self.batch_size << j
             data = <char*>malloc(<size_t>size)
             if data == NULL:
                 raise MemoryError(f"malloc of a {size}-byte block failed")
@@ -335,7 +381,8 @@ cdef class BufferPool:
     cdef void take_back(self, char* data, Py_ssize_t capacity) noexcept:
         if AIOP_DEBUG:
             memset(data, POISON_RELEASED, <size_t>capacity)
-        if capacity == self.batch_size and self.push_free(data) == 0:
+        cdef int k = self.size_class(capacity)
+        if k >= 0 and self.push_free(k, data) == 0:
             return
         free(data)
         self.non_pooled += capacity
@@ -348,21 +395,36 @@ cdef class BufferPool:
             self.live_blocks -= 1
         self.take_back(data, capacity)
 
-    cdef int push_free(self, char* data) noexcept:
+    cdef int size_class(self, Py_ssize_t size) noexcept:
+        cdef Py_ssize_t q
+        cdef int k = 0
+        if size < self.batch_size or size % self.batch_size != 0:
+            return -1
+        q = size // self.batch_size
+        if q & (q - 1):  # not a power of two
+            return -1
+        while q > 1:
+            q >>= 1
+            k += 1
+        return k if k < self.n_classes else -1
+
+    cdef int push_free(self, int k, char* data) noexcept:
         cdef Py_ssize_t cap
         cdef char** grown
-        if self.free_count == self.free_cap:
-            cap = self.free_cap * 2 if self.free_cap else 16
-            grown = <char**>realloc(self.free_list, <size_t>cap * sizeof(char*))
+        if self.free_count[k] == self.free_cap[k]:
+            cap = self.free_cap[k] * 2 if self.free_cap[k] else 16
+            grown = <char**>realloc(self.free_list[k], <size_t>cap * sizeof(char*))
             if grown == NULL:
                 return -1
-            self.free_list = grown
-            self.free_cap = cap
-        self.free_list[self.free_count] = data
-        self.free_count += 1
+            self.free_list[k] = grown
+            self.free_cap[k] = cap
+        self.free_list[k][self.free_count[k]] = data
+        self.free_count[k] += 1
+        self.pooled += self.batch_size << k
         return 0
 
-    cdef char* pop_free(self) noexcept:
-        # Callers check free_count > 0 first.
-        self.free_count -= 1
-        return self.free_list[self.free_count]
+    cdef char* pop_free(self, int k) noexcept:
+        # Callers check free_count[k] > 0 first.
+        self.free_count[k] -= 1
+        self.pooled -= self.batch_size << k
+        return self.free_list[k][self.free_count[k]]

@@ -77,7 +77,12 @@ async def test_compression_rate_and_pool_wait(kafka_bootstrap: str,
     async with Producer(bootstrap_servers=kafka_bootstrap, compression_type="gzip",
                         linger_ms=50, batch_size=16384, buffer_memory=32768,
                         max_request_size=32768) as producer:
-        futs = [await producer.send(topic, b"abcdefgh" * 128) for _ in range(400)]
+        # 400 concurrent sends: they all append in the loop's next turns, before any
+        # response can free a block, so some must wait. (One send after another
+        # yields once per batch, and on a slow machine the answer to the batch before
+        # last could come back in that turn every time: no wait, a flaky test.)
+        futs = await asyncio.gather(*(producer.send(topic, b"abcdefgh" * 128)
+                                      for _ in range(400)))
         await asyncio.gather(*futs)
         m = producer.metrics()
     assert m["compression-rate-avg"] < 0.2

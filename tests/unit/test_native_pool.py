@@ -94,6 +94,35 @@ def test_other_sizes_are_freed_not_pooled() -> None:
     check(pool)
 
 
+def test_grown_sizes_are_pooled_up_to_pooled_up_to() -> None:
+    pool = BufferPool(32 * KB, KB, pooled_up_to=5 * KB)  # pools 1, 2 and 4 KiB blocks
+    assert pool.pooled_up_to == 4 * KB
+    blocks = [pool.try_allocate(n * KB) for n in (1, 2, 3, 4, 8)]
+    assert all(b is not None for b in blocks)
+    for b in blocks:
+        pool.release(b)  # type: ignore[arg-type]
+    assert pool.free_blocks == 3 and pool.pooled_bytes == 7 * KB  # 3 and 8 KiB were freed
+    assert pool.available_memory == 32 * KB
+    check(pool)
+    again = pool.try_allocate(4 * KB)  # from its free list
+    assert again is not None and pool.pooled_bytes == 3 * KB and pool.free_blocks == 2
+    check(pool)
+    assert BufferPool(4 * KB, KB).pooled_up_to == KB  # by default only batch_size
+
+
+def test_free_up_frees_the_largest_pooled_blocks_first() -> None:
+    pool = BufferPool(8 * KB, KB, pooled_up_to=4 * KB)
+    blocks = [pool.try_allocate(n * KB) for n in (4, 2, 1, 1)]
+    for b in blocks:
+        pool.release(b)  # type: ignore[arg-type]
+    assert pool.free_blocks == 4 and pool.pooled_bytes == 8 * KB
+    odd = pool.try_allocate(3 * KB)  # not a pooled size: frees the 4 KiB block
+    assert odd is not None
+    assert pool.free_blocks == 3 and pool.pooled_bytes == 4 * KB
+    assert pool.available_memory == 5 * KB
+    check(pool)
+
+
 def test_free_up_frees_pooled_blocks_for_a_big_request() -> None:
     pool = BufferPool(4 * KB, KB, preallocate=4)
     big = pool.try_allocate(3 * KB)
@@ -299,38 +328,61 @@ def test_batch_builder_view_keeps_block_out_of_reuse() -> None:
 
 @dataclass
 class Model:
+    """Java's BufferPool, with a free list per pooled size: ``batch`` doubled
+    0..classes-1 times (one class: Java's exactly)."""
+
     total: int
     batch: int
     non_pooled: int
-    free: int = 0
+    classes: int = 1
+    free: list[int] = field(default_factory=list)
     quarantined: list[int] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        self.free += [0] * (self.classes - len(self.free))
+
+    def size_class(self, size: int) -> int:
+        for k in range(self.classes):
+            if size == self.batch << k:
+                return k
+        return -1
+
     def allocate(self, size: int) -> bool:
-        if size == self.batch and self.free:
-            self.free -= 1
+        k = self.size_class(size)
+        if k >= 0 and self.free[k]:
+            self.free[k] -= 1
             return True
-        if self.non_pooled + self.free * self.batch < size:
+        if self.available < size:
             return False
-        while self.non_pooled < size:
-            self.free -= 1
-            self.non_pooled += self.batch
+        j = self.classes - 1
+        while self.non_pooled < size:  # free pooled blocks, the largest first
+            while not self.free[j]:
+                j -= 1
+            self.free[j] -= 1
+            self.non_pooled += self.batch << j
         self.non_pooled -= size
         return True
 
     def give_back(self, size: int) -> None:
-        if size == self.batch:
-            self.free += 1
+        k = self.size_class(size)
+        if k >= 0:
+            self.free[k] += 1
         else:
             self.non_pooled += size
 
     @property
+    def free_blocks(self) -> int:
+        return sum(self.free)
+
+    @property
     def available(self) -> int:
-        return self.non_pooled + self.free * self.batch
+        return self.non_pooled + sum(n * (self.batch << k) for k, n in enumerate(self.free))
 
 
 ops = st.lists(
     st.one_of(
-        st.tuples(st.just("alloc"), st.sampled_from(["batch", "small", "big"]), st.integers(1, 9)),
+        st.tuples(st.just("alloc"), st.sampled_from(["batch", "small", "big", "grown"]),
+                  st.integers(1, 9)),
         st.tuples(st.just("release"), st.integers(0, 50), st.booleans()),
         st.tuples(st.just("unview"), st.integers(0, 50), st.just(False)),
         st.tuples(st.just("reclaim"), st.just(0), st.just(False)),
@@ -340,19 +392,26 @@ ops = st.lists(
 
 
 @settings(max_examples=300, deadline=None, database=None)
-@given(ops=ops, batch=st.integers(1, 64), blocks=st.integers(1, 8), pre=st.integers(0, 8))
+@given(ops=ops, batch=st.integers(1, 64), blocks=st.integers(1, 8), pre=st.integers(0, 8),
+       classes=st.integers(1, 4), extra=st.integers(0, 63))
 def test_random_sequences_keep_exact_accounting(
-        ops: list[tuple[str, object, object]], batch: int, blocks: int, pre: int) -> None:
+        ops: list[tuple[str, object, object]], batch: int, blocks: int, pre: int,
+        classes: int, extra: int) -> None:
     total = batch * blocks + (batch // 2)
     pre = min(pre, total // batch)
-    pool = BufferPool(total, batch, preallocate=pre)
-    model = Model(total, batch, total - pre * batch, free=pre)
+    # pooled_up_to between two doublings: the smaller one is the largest pooled size.
+    largest = batch << (classes - 1)
+    pool = BufferPool(total, batch, preallocate=pre,
+                      pooled_up_to=largest + min(extra, largest - 1) if classes > 1 else 0)
+    assert pool.pooled_up_to == largest
+    model = Model(total, batch, total - pre * batch, classes, free=[pre])
     live: list[Block] = []
     views: list[tuple[Block, memoryview]] = []  # views over released (quarantined) blocks
     for op, a, b in ops:
         if op == "alloc":
             assert isinstance(b, int)
-            size = {"batch": batch, "small": max(1, batch // b), "big": batch * b + 1}[a]  # type: ignore[index]
+            size = {"batch": batch, "small": max(1, batch // b), "big": batch * b + 1,
+                    "grown": batch << (b % 5)}[a]  # type: ignore[index]
             if size > total:
                 with pytest.raises(ValueError):
                     pool.try_allocate(size)
@@ -385,7 +444,8 @@ def test_random_sequences_keep_exact_accounting(
             assert pool.reclaim() == 0  # the model sweeps eagerly on unview
         check(pool)
         assert pool.available_memory == model.available
-        assert pool.free_blocks == model.free
+        assert pool.free_blocks == model.free_blocks
+        assert pool.pooled_bytes == model.available - model.non_pooled
         assert pool.quarantined_bytes == sum(model.quarantined)
         assert pool.allocated_bytes == total - model.available
     for blk in live:
