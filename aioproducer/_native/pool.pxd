@@ -32,7 +32,6 @@ cdef enum:
 cdef class BufferPool:
     cdef readonly Py_ssize_t total_memory   # bytes the pool may hand out in all
     cdef readonly Py_ssize_t batch_size     # size of the smallest pooled (reused) blocks
-    cdef readonly Py_ssize_t pooled_up_to   # largest pooled block size (batch_size << k)
     cdef int n_classes                      # pooled sizes: batch_size << 0 .. n_classes - 1
     cdef Py_ssize_t non_pooled              # never-allocated bytes (Java's nonPooledAvailableMemory)
     cdef Py_ssize_t pooled                  # bytes on the free lists

@@ -142,7 +142,6 @@ cdef class BufferPool:
         while self.n_classes < MAX_SIZE_CLASSES and size <= pooled_up_to // 2:
             size *= 2
             self.n_classes += 1
-        self.pooled_up_to = size
         self.non_pooled = total_memory
         self.allocated = 0
         self.quarantined = 0
@@ -176,6 +175,11 @@ cdef class BufferPool:
     def available_memory(self) -> int:
         """Bytes that could be allocated now: free pooled blocks + never-allocated."""
         return self.non_pooled + self.pooled
+
+    @property
+    def pooled_up_to(self) -> int:
+        """The largest pooled block size (``batch_size`` doubled ``n_classes - 1`` times)."""
+        return self.batch_size << (self.n_classes - 1)
 
     @property
     def free_blocks(self) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from typing import Any
 
 import pytest
 
@@ -28,11 +29,9 @@ def _records(n: int, seed: int) -> list[tuple[int, bytes | None, bytes | None,
     return out
 
 
-@pytest.mark.parametrize("codec", CODECS)
-def test_records_of_batch_reads_back_what_the_builder_wrote(codec: str) -> None:
-    seed = 20261125
-    print(f"seed={seed}")
-    records = _records(200, seed)
+def _written_and_read_back(records: list[Any], codec: str) -> list[Any]:
+    """``records`` appended to a 256 KiB batch (``codec``), closed, and read back with
+    :func:`records_of_batch`."""
     pool = BufferPool(1 << 20, 1 << 18)
     block = pool.try_allocate(1 << 18)
     assert block is not None
@@ -44,7 +43,15 @@ def test_records_of_batch_reads_back_what_the_builder_wrote(codec: str) -> None:
     batch.builder.close(7, 1, 100, False)
     assert batch.builder.compression == (codec_id(codec) if codec != "none" else 0)
     with batch.builder.view() as view:
-        got = list(records_of_batch(view))
+        return list(records_of_batch(view))
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_records_of_batch_reads_back_what_the_builder_wrote(codec: str) -> None:
+    seed = 20261125
+    print(f"seed={seed}")
+    records = _records(200, seed)
+    got = _written_and_read_back(records, codec)
     expected = [(ts, k, v, h if h else None) for ts, k, v, h in records]
     assert got == expected
 
@@ -60,16 +67,7 @@ def test_varint_lengths_at_every_size_boundary_read_back() -> None:
         records.append((1_700_000_000_000 + i * 70_000, b"k" * n, b"v" * n,
                         [("h" * (n % 70), b"x" * n)]))
         records.append((1_700_000_000_000 - i, None, b"w" * (9000 - n), None))
-    pool = BufferPool(1 << 20, 1 << 18)
-    block = pool.try_allocate(1 << 18)
-    assert block is not None
-    batch = ProducerBatch(("t", 0), block, None, 0.0)
-    for r in records:
-        assert batch.builder.append(*r) >= 0
-    batch.builder.close(7, 1, 100, False)
-    with batch.builder.view() as view:
-        got = list(records_of_batch(view))
-    assert got == records
+    assert _written_and_read_back(records, "none") == records
 
 
 def test_records_of_batch_refuses_truncated_input() -> None:
