@@ -11,8 +11,6 @@ zero-copy views. Responses come back as future callbacks: they complete batches
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import datetime
 import logging
 import time
 from collections import deque
@@ -42,15 +40,15 @@ from .metadata import Cluster, Metadata
 from .metrics import ProducerMetrics
 from .net.client import KafkaClient
 from .net.protocol import (
-    decode_produce_response,
+    PartitionResult,
+    ProduceAnswer,
+    decode_produce_answer,
     encode_produce_body,
-    produce_results,
 )
 from .producer_id import ProducerIdManager
 from .transaction_state import PRODUCE_FENCED_CODES
 
 if TYPE_CHECKING:
-    from .net.protocol import ProduceResponse
     from .transactions import TransactionManager
 
 __all__ = ["Sender"]
@@ -438,7 +436,7 @@ class Sender:
         try:
             fut = conn.send_raw(_PRODUCE, version, body, flexible=True,
                                 expect_response=self.acks != 0,
-                                decode=partial(decode_produce_response, version),
+                                decode=partial(decode_produce_answer, version),
                                 callback=partial(self._on_produce_future, node, version,
                                                  batches, time.monotonic()))
         except Exception as exc:  # connection died under us
@@ -463,7 +461,7 @@ class Sender:
             self.acc.batch_closed(b)
 
     def _on_produce_future(self, node: int, version: int, batches: list[ProducerBatch],
-                           sent_at: float, fut: asyncio.Future[ProduceResponse]) -> None:
+                           sent_at: float, fut: asyncio.Future[ProduceAnswer]) -> None:
         self._latency_ms = (time.monotonic() - sent_at) * 1000.0
         try:
             if fut.cancelled():
@@ -477,12 +475,14 @@ class Sender:
             self.fail_producer(exc)
 
     def _on_produce_done(self, node: int, version: int, batches: list[ProducerBatch],
-                         exc: BaseException | None, response: ProduceResponse | None) -> None:
+                         exc: BaseException | None, response: ProduceAnswer | None) -> None:
         now = time.monotonic()
         for b in batches:
             flying = self.in_flight.get(b.tp)
-            if flying is not None:
-                with contextlib.suppress(ValueError):
+            if flying:
+                if flying[0] is b:  # answers come in order: the usual case
+                    flying.popleft()
+                elif b in flying:
                     flying.remove(b)
         try:
             if exc is not None:
@@ -497,21 +497,19 @@ class Sender:
                 for b in batches:
                     self.acc.complete(b, -1, -1, None)
                 return
-            throttle = response.throttle_time
-            throttle_ms = throttle.total_seconds() * 1000.0 if throttle else 0.0
+            throttle_ms = float(response.throttle_ms)
             self.metrics.response(node, self._latency_ms, throttle_ms, now)
             if throttle_ms > 0:  # KIP-219: the broker asks us to hold off this long
                 self.client.throttle(node, throttle_ms)
                 self.metrics.throttle_time_total += throttle_ms
-            endpoints = {int(e.node_id): (str(e.host), int(e.port))
-                         for e in getattr(response, "node_endpoints", ())}
-            results: dict[TopicPartition, Any] = {}
+            endpoints = response.node_endpoints
+            results: dict[TopicPartition, PartitionResult] = {}
             names_by_id = self.metadata.cluster.names_by_id
-            for name, topic_id, part in produce_results(response):
+            for name, topic_id, part in response.partitions:
                 if name is None and topic_id is not None:
                     name = names_by_id.get(topic_id)
                 if name is not None:
-                    results[(name, int(part.index))] = part
+                    results[(name, part.index)] = part
             for b in batches:
                 self._on_partition_response(node, b, results.get(b.tp), now, endpoints)
         finally:
@@ -526,7 +524,8 @@ class Sender:
         pid = self.pid
         return pid is not None and bool(pid.recovering)
 
-    def _on_partition_response(self, node: int, b: ProducerBatch, p: Any, now: float,
+    def _on_partition_response(self, node: int, b: ProducerBatch, p: PartitionResult | None,
+                               now: float,
                                endpoints: dict[int, tuple[str, int]] | None = None) -> None:
         pid = self.pid
         expired = b.result.done()  # failed at delivery_timeout_ms while in flight
@@ -535,16 +534,17 @@ class Sender:
                 self._retry_or_fail(
                     b, ProtocolError(f"produce response from node {node} lacks {b.tp}"), now)
             return
-        code = int(p.error_code)
+        code = p.error_code
         if code == 0 or code == _DUPLICATE_SEQUENCE:
             # DUPLICATE_SEQUENCE: written by an earlier attempt; the offset is unknown.
             if pid is not None and b.base_sequence >= 0:
                 pid.acknowledged(b)
                 self._unknown_outcome.discard(b)
             if not expired:
-                offset = int(p.base_offset) if code == 0 else -1
-                self.acc.complete(b, offset, _log_append_ms(p.log_append_time) if code == 0
-                                  else -1, None)
+                if code == 0:
+                    self.acc.complete(b, p.base_offset, p.log_append_ms, None)
+                else:
+                    self.acc.complete(b, -1, -1, None)
             return
         if expired:
             return  # its records already failed; the partition is marked unresolved
@@ -557,7 +557,7 @@ class Sender:
         if code in _TOO_LARGE and b.record_count > 1 and self.fatal_error is None:
             self._split(b, code, msg)
             return
-        record_errors = getattr(p, "record_errors", None)
+        record_errors = p.record_errors
         if record_errors:
             self._fail_with_record_errors(b, code, msg, record_errors)
             return
@@ -569,17 +569,15 @@ class Sender:
             # retry_backoff_ms.
             b.next_attempt = now
 
-    def _apply_leader_hint(self, b: ProducerBatch, p: Any,
+    def _apply_leader_hint(self, b: ProducerBatch, p: PartitionResult,
                            endpoints: dict[int, tuple[str, int]]) -> bool:
         """KIP-951: the answer named the partition's new leader (``current_leader``)
         and the response its address (``node_endpoints``): move the leader now.
         True if the hint was newer than what the metadata knew, and applied."""
-        hint = getattr(p, "current_leader", None)
+        hint = p.current_leader
         if hint is None:
             return False
-        leader, epoch = int(hint.leader_id), int(hint.leader_epoch)
-        if leader < 0 or epoch < 0:
-            return False
+        leader, epoch = hint
         known = {leader: endpoints[leader]} if leader in endpoints else {}
         if not self.metadata.apply_leader_hint(b.topic, b.partition, leader, epoch, known):
             return False
@@ -599,14 +597,13 @@ class Sender:
                  f": {msg}" if msg else "", len(pieces))
 
     def _fail_with_record_errors(self, b: ProducerBatch, code: int, msg: str | None,
-                                 record_errors: Any) -> None:
+                                 record_errors: list[tuple[int, str | None]]) -> None:
         """KIP-467: the broker named the invalid records of a batch it refused. They
         get the broker's reason; the others a :class:`BatchRejectedError` (they were
         not written either). As in Java, none of them is retried."""
         errors: dict[int, BaseException] = {}
-        for rec in record_errors:
-            text = rec.batch_index_error_message or msg or ErrorCode(code).name
-            index = int(rec.batch_index)
+        for index, message in record_errors:
+            text = message or msg or ErrorCode(code).name
             errors[index] = (for_code(code, text) if len(record_errors) == 1
                              else InvalidRecordError(text))
         first = next(iter(errors.values()))
@@ -802,11 +799,4 @@ def _describe_error(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
     return text if isinstance(exc, BrokerResponseError) else f"{type(exc).__name__}: {text}"
 
-
-def _log_append_ms(value: Any) -> int:
-    if value is None:
-        return -1
-    if isinstance(value, datetime.datetime):
-        return int(value.timestamp() * 1000)
-    return int(value)
 

@@ -20,29 +20,41 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
 import functools
+import importlib
 import json
 import logging
 import random
 import sys
 import time
 import traceback
+import uuid
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 from kio.index import load_response_schema
 from kio.records.readers import read_batch
+from kio.schema.errors import ErrorCode
 from kio.schema.index import api_key_map
+from kio.schema.types import TopicName
 from kio.serial import entity_reader
+from kio.static.primitive import i32, i32Timedelta, i64
 
 from aioproducer._native import BATCH_HEADER_SIZE, BatchBuilder, BufferPool
+from aioproducer._native.produce import decode_produce_written
 from aioproducer.errors import AuthenticationError, KafkaConnectionError, ProtocolError
 from aioproducer.net.connection import BrokerConnection
-from aioproducer.net.protocol import check_entity_layout, decode_entity
+from aioproducer.net.protocol import (
+    check_entity_layout,
+    decode_entity,
+    decode_produce_answer,
+    produce_answer_of,
+)
 from aioproducer.net.sasl import OAuthBearer, Scram
 from aioproducer.net.security import Secret
-from fuzz.util import mutate, random_entity, uvarint
+from fuzz.util import encode, mutate, random_entity, uvarint
 
 # -- the responses aioproducer decodes: (API, versions) as the package asks for them ----
 
@@ -117,6 +129,77 @@ def target_valid(rnd: random.Random) -> str:
     body = random_entity(entity_type, rnd)
     check_entity_layout(entity_type, body)
     return "accepted"
+
+
+# -- the compiled decoder of the usual Produce answer -----------------------------------
+
+
+def written_produce_body(version: int, rnd: random.Random) -> bytes:
+    """A Produce response v``version`` in which every partition was written, encoded
+    by kio: the answer the compiled decoder is for."""
+    mod = importlib.import_module(f"kio.schema.produce.v{version}.response")
+    topics = []
+    for _ in range(rnd.choice((0, 1, 1, 1, 2, 5))):
+        parts = tuple(
+            mod.PartitionProduceResponse(
+                index=i32(rnd.choice((0, 1, 7, 2**31 - 1))), error_code=ErrorCode.none,
+                base_offset=i64(rnd.choice((0, 1, 2**40, 2**63 - 1, -1))),
+                log_append_time=rnd.choice((None, _EPOCH + datetime.timedelta(
+                    milliseconds=rnd.randrange(2**42)))),
+                log_start_offset=i64(rnd.choice((-1, 0, 12345))),
+                record_errors=(), error_message=None)
+            for _ in range(rnd.choice((0, 1, 1, 3, 8))))
+        if version >= 13:
+            topics.append(mod.TopicProduceResponse(
+                topic_id=uuid.UUID(int=rnd.getrandbits(128)), partition_responses=parts))
+        else:
+            name = "".join(rnd.choice("abcé_-.9") for _ in range(rnd.randint(1, 40)))
+            topics.append(mod.TopicProduceResponse(name=TopicName(name),
+                                                   partition_responses=parts))
+    throttle = datetime.timedelta(milliseconds=rnd.choice((0, 0, 1, 5000)))
+    return encode(mod.ProduceResponse(responses=tuple(topics),
+                                      throttle_time=i32Timedelta.parse(throttle)))
+
+
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+
+
+def target_produce_answer(rnd: random.Random) -> str:
+    """The compiled decoder of the usual Produce answer accepts only bodies that kio
+    decodes to the same answer, and takes every unmutated written answer; any other
+    body goes to kio (``decode_produce_answer`` then answers as kio does)."""
+    version = rnd.randint(9, 13)
+    entity_type = _response_class("produce", version)
+    written = rnd.random() < 0.6
+    body = written_produce_body(version, rnd) if written else random_entity(entity_type, rnd)
+    mutated = rnd.random() < 0.7
+    if mutated:
+        body = mutate(body, rnd)
+    fast = decode_produce_written(version, body)
+    try:
+        slow = produce_answer_of(decode_entity(entity_type, body))
+    except ProtocolError:
+        assert fast is None, f"accepted a body kio refuses: {body.hex()}"
+        try:
+            decode_produce_answer(version, body)
+        except ProtocolError:
+            return "refused"
+        raise AssertionError("decode_produce_answer took a body kio refuses") from None
+    if fast is None:
+        assert mutated or not written, f"refused a written answer: {body.hex()}"
+        return "kio"
+    answer = decode_produce_answer(version, body)
+    # kio reads a time through a float: past 2**53 microseconds (the year 2255) it can
+    # be 1 ms off, where the compiled decoder gives the integer on the wire.
+    for (_, _, p), (_, _, q) in zip(answer.partitions, slow.partitions, strict=True):
+        if p.log_append_ms != q.log_append_ms:
+            assert p.log_append_ms > 2**53 // 1000 and abs(p.log_append_ms - q.log_append_ms) <= 1
+            answer.partitions = [(n, t, q if x is p else x) for n, t, x in answer.partitions]
+    assert answer == slow, body.hex()
+    assert all(p.error_code == 0 and not p.record_errors and p.error_message is None
+               and p.current_leader is None for _, _, p in slow.partitions)
+    assert not slow.node_endpoints
+    return "written"
 
 
 # -- one connection, fed a hostile response --------------------------------------------
@@ -319,6 +402,7 @@ def make_targets() -> tuple[dict[str, tuple[float, Callable[[random.Random], str
         "scram": (0.02, target_scram),
         "oauthbearer": (0.03, target_oauth),
         "builder": (0.15, target_builder),
+        "produce_answer": (0.1, target_produce_answer),
     }, close
 
 

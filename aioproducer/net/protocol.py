@@ -25,6 +25,7 @@ Only the flexible versions (9+) are produced. Layout (``ProduceRequest.json``)::
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import functools
 import operator
 import struct
@@ -61,6 +62,8 @@ if TYPE_CHECKING:
     import kio.schema.produce.v13.response as _r13
 
 try:
+    from .._native.produce import PartitionResult, decode_produce_written
+    from .._native.produce import encode_produce_body as _encode_produce_body
     from .._native.scan import (
         ARRAY_COMPACT,
         ARRAY_LEGACY,
@@ -87,13 +90,17 @@ __all__ = [
     "PRODUCE_MAX_VERSION",
     "PRODUCE_MIN_VERSION",
     "PartitionProduceResponse",
+    "PartitionResult",
+    "ProduceAnswer",
     "ProduceResponse",
     "build_entity",
     "check_entity_layout",
     "compact_string",
     "decode_entity",
+    "decode_produce_answer",
     "decode_produce_response",
     "encode_produce_body",
+    "produce_answer_of",
     "produce_results",
     "read_uvarint",
     "request_module",
@@ -213,45 +220,15 @@ def encode_produce_body(
     v13 on topics are sent by ``topic_id`` (``name`` is then unused) and a missing
     id is a ``ValueError``. The record memoryviews are placed in the returned list
     as they are (no copy); the caller must keep them unchanged until the request
-    is written (for acks != 0: until its response arrives).
+    is written (for acks != 0: until its response arrives). The framing is compiled
+    (:func:`aioproducer._native.produce.encode_produce_body`).
     """
     if not PRODUCE_MIN_VERSION <= version <= PRODUCE_MAX_VERSION:
         raise UnsupportedVersionError(
             f"Produce v{version} is not supported by aioproducer "
             f"(v{PRODUCE_MIN_VERSION}..v{PRODUCE_MAX_VERSION})"
         )
-    if acks not in _ACKS:
-        raise ValueError(f"acks must be -1, 0 or 1, got {acks!r}")
-    if not 0 <= timeout_ms <= 0x7FFFFFFF:
-        raise ValueError(f"timeout_ms out of range: {timeout_ms!r}")
-    by_id = version >= _TOPIC_ID_VERSION
-    parts: list[bytes | memoryview] = []
-    pending = bytearray(compact_string(transactional_id))
-    pending += _I16_I32.pack(acks, timeout_ms)
-    pending += uvarint(len(topics) + 1)
-    for name, topic_id, partitions in topics:
-        if by_id:
-            if topic_id is None or topic_id.int == 0:
-                raise ValueError(
-                    f"Produce v{version} addresses topics by id, but topic {name!r} has none"
-                )
-            pending += topic_id.bytes
-        else:
-            pending += compact_string(name)
-        pending += uvarint(len(partitions) + 1)
-        for index, records in partitions:
-            size = records.nbytes
-            pending += _I32.pack(index)
-            pending += uvarint(size + 1)
-            if size:
-                parts.append(bytes(pending))
-                pending.clear()
-                parts.append(records)
-            pending += _EMPTY_TAGS  # partition tagged fields
-        pending += _EMPTY_TAGS  # topic tagged fields
-    pending += _EMPTY_TAGS  # request tagged fields
-    parts.append(bytes(pending))
-    return parts
+    return _encode_produce_body(version, transactional_id, acks, timeout_ms, topics)
 
 
 def decode_produce_response(version: int, body: bytes | memoryview) -> ProduceResponse:
@@ -266,6 +243,98 @@ def decode_produce_response(version: int, body: bytes | memoryview) -> ProduceRe
         )
     return decode_entity(cast("type[ProduceResponse]", response_type(PRODUCE_API_KEY, version)),
                          body)
+
+
+
+@dataclasses.dataclass(slots=True)
+class ProduceAnswer:
+    """A Produce response, flattened for the Sender.
+
+    ``partitions`` is ``[(topic_name, topic_id, result), ...]``: topics come back by
+    name up to v12 (``topic_id`` None) and by id from v13 (``topic_name`` None).
+    ``node_endpoints`` maps the node ids of KIP-951 leader hints to their addresses.
+    """
+
+    throttle_ms: int
+    partitions: list[tuple[str | None, uuid.UUID | None, PartitionResult]]
+    node_endpoints: dict[int, tuple[str, int]] = dataclasses.field(default_factory=dict)
+
+
+# Topic ids seen in answers, by their 16 bytes: a producer writes to a handful of
+# topics, and a uuid.UUID costs more to build than the rest of the answer.
+_TOPIC_IDS: dict[bytes, uuid.UUID] = {}
+_TOPIC_IDS_MAX = 4096
+_NIL_ID = bytes(16)
+
+
+def _topic_uuid(raw: bytes) -> uuid.UUID | None:
+    """The topic id of ``raw``, None for the nil id (as kio reads it)."""
+    tid = _TOPIC_IDS.get(raw)
+    if tid is None:
+        if raw == _NIL_ID:
+            return None
+        if len(_TOPIC_IDS) >= _TOPIC_IDS_MAX:
+            _TOPIC_IDS.clear()
+        tid = _TOPIC_IDS[raw] = uuid.UUID(bytes=raw)
+    return tid
+
+
+def decode_produce_answer(version: int, body: bytes | memoryview) -> ProduceAnswer:
+    """Decode a Produce response body (after the response header) for the Sender.
+
+    The usual answer (every partition written, no tagged field) is decoded by the
+    compiled :func:`~aioproducer._native.produce.decode_produce_written`; any other
+    goes through kio (:func:`decode_produce_response`), which checks it in full.
+    Both give the same :class:`ProduceAnswer` (the fuzz target ``produce_answer``
+    checks that they agree). :class:`ProtocolError` for a body that does not decode.
+    """
+    written = decode_produce_written(version, body)
+    if written is None:
+        return produce_answer_of(decode_produce_response(version, body))
+    throttle_ms, parts = written
+    if version < _TOPIC_ID_VERSION:
+        return ProduceAnswer(throttle_ms, cast("list[tuple[str | None, Any, PartitionResult]]",
+                                               parts))
+    return ProduceAnswer(throttle_ms, [(None, _topic_uuid(cast("bytes", raw)), p)
+                                       for _, raw, p in parts])
+
+
+def produce_answer_of(response: ProduceResponse) -> ProduceAnswer:
+    """kio's ``ProduceResponse`` as a :class:`ProduceAnswer`. A leader hint is
+    ``(leader_id, leader_epoch)``, or None when the partition has none (kio's
+    default, -1 and -1)."""
+    throttle = response.throttle_time
+    partitions: list[tuple[str | None, uuid.UUID | None, PartitionResult]] = []
+    for name, topic_id, p in produce_results(response):
+        hint = getattr(p, "current_leader", None)
+        leader = None if hint is None or hint.leader_id < 0 or hint.leader_epoch < 0 \
+            else (int(hint.leader_id), int(hint.leader_epoch))
+        partitions.append((name, topic_id, PartitionResult(
+            int(p.index), int(p.error_code), int(p.base_offset),
+            _epoch_ms(p.log_append_time), int(p.log_start_offset), p.error_message,
+            [(int(e.batch_index), e.batch_index_error_message)
+             for e in p.record_errors or ()],
+            leader)))
+    return ProduceAnswer(
+        round(throttle.total_seconds() * 1000) if throttle else 0, partitions,
+        {int(e.node_id): (str(e.host), int(e.port))
+         for e in getattr(response, "node_endpoints", None) or ()})
+
+
+def _epoch_ms(value: Any) -> int:
+    """kio's ``datetime_i64`` (a datetime, or None for -1) as epoch milliseconds,
+    exactly (no float on the way)."""
+    if value is None:
+        return -1
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=datetime.timezone.utc)
+        return int((value - _EPOCH) // _ONE_MS)
+    return int(value)
+
+
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+_ONE_MS = datetime.timedelta(milliseconds=1)
 
 
 # -- decoding hostile bytes with kio -------------------------------------------------------
@@ -434,12 +503,12 @@ def produce_results(
     r13 = sys.modules.get(_PRODUCE_V13_RESPONSE_MODULE)
     by_id: type[_r13.TopicProduceResponse] | None = (
         None if r13 is None else r13.TopicProduceResponse)
-    for topic in response.responses:
+    for topic in response.responses or ():
         if by_id is not None and isinstance(topic, by_id):
             name, topic_id = None, topic.topic_id
         else:
             name, topic_id = str(cast("_TopicByName", topic).name), None
-        out.extend((name, topic_id, p) for p in topic.partition_responses)
+        out.extend((name, topic_id, p) for p in topic.partition_responses or ())
     return out
 
 

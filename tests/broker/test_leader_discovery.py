@@ -386,8 +386,7 @@ async def test_quota_throttle_is_honoured(kafka_bootstrap: str,
 
             def callback(fut: asyncio.Future[Any], conn: BrokerConnection = self) -> None:
                 if not fut.cancelled() and fut.exception() is None:
-                    t = fut.result().throttle_time
-                    ms = t.total_seconds() * 1000.0 if t else 0.0
+                    ms = float(fut.result().throttle_ms)
                     if ms > 0:
                         muted_until[id(conn)] = max(muted_until.get(id(conn), 0.0),
                                                     time.monotonic() + ms / 1000.0)

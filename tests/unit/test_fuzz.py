@@ -23,7 +23,14 @@ from kio.static.primitive import i64Timedelta
 
 from aioproducer.errors import ProtocolError
 from aioproducer.net.protocol import decode_entity
-from fuzz.targets import RESPONSE_TYPES, check_decode, hostile_body, target_builder, type_name
+from fuzz.targets import (
+    RESPONSE_TYPES,
+    check_decode,
+    hostile_body,
+    target_builder,
+    target_produce_answer,
+    type_name,
+)
 from fuzz.util import fuzz_settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -110,4 +117,10 @@ def test_campaign_in_a_memory_limited_process() -> None:
     print(f"\nfuzz campaign: {result}")
     assert result["total"] == executions
     assert set(result["executions"]) == {"decode", "valid", "connection", "scram",
-                                         "oauthbearer", "builder"}
+                                         "oauthbearer", "builder", "produce_answer"}
+
+
+@fuzz_settings(weight=1.0)
+@given(rnd=st.randoms(use_true_random=False))
+def test_compiled_produce_answer_agrees_with_kio(rnd: random.Random) -> None:
+    target_produce_answer(rnd)

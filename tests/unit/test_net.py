@@ -404,6 +404,59 @@ def test_produce_body_validation() -> None:
         decode_produce_response(9, b"\x05\x00")
 
 
+def test_produce_body_matches_kio_randomized() -> None:
+    """Seeded shapes the fixed test above does not reach: several topics, long names
+    and transactional ids, record sizes on each varint step, empty partitions and
+    topics, every acks; byte-for-byte what kio writes."""
+    import importlib
+    import random
+
+    seed = random.randrange(2**32)
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    for _ in range(200):
+        version = rng.randint(PRODUCE_MIN_VERSION, PRODUCE_MAX_VERSION)
+        mod = importlib.import_module(f"kio.schema.produce.v{version}.request")
+        topics: list[Any] = []
+        for _ in range(rng.choice((0, 1, 2, 5))):
+            name = "".join(rng.choice("ab_-.é9") for _ in range(rng.randint(1, 249)))
+            parts = [(rng.randrange(2**31), rng.randbytes(rng.choice((0, 1, 126, 127, 16382,
+                                                                      16383, 40000))))
+                     for _ in range(rng.choice((0, 1, 3)))]
+            topics.append((name, uuid.UUID(int=rng.getrandbits(128) | 1), parts))
+        txn = rng.choice((None, "", "t" * rng.randint(1, 400)))
+        acks, timeout = rng.choice((-1, 0, 1)), rng.randrange(2**31)
+        raw = b"".join(encode_produce_body(
+            version, transactional_id=txn, acks=acks, timeout_ms=timeout,
+            topics=[(n, t, [(i, memoryview(r)) for i, r in ps]) for n, t, ps in topics]))
+        req = mod.ProduceRequest(
+            transactional_id=txn, acks=i16(acks),
+            timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=timeout)),
+            topic_data=tuple(
+                mod.TopicProduceData(**({"topic_id": t} if version >= 13 else {"name": n}),
+                                     partition_data=tuple(
+                                         mod.PartitionProduceData(index=i32(i), records=r)
+                                         for i, r in ps))
+                for n, t, ps in topics))
+        assert raw == _encode(req), (seed, version)
+
+
+def test_produce_body_refuses_what_it_cannot_encode() -> None:
+    view = memoryview(b"x")
+    with pytest.raises(ValueError, match="topic 't' has none"):  # the nil id
+        encode_produce_body(13, transactional_id=None, acks=1, timeout_ms=1,
+                            topics=[("t", uuid.UUID(int=0), [(0, view)])])
+    with pytest.raises(ValueError, match="timeout_ms"):
+        encode_produce_body(9, transactional_id=None, acks=1, timeout_ms=-1, topics=[])
+    with pytest.raises(ValueError, match="timeout_ms"):
+        encode_produce_body(9, transactional_id=None, acks=1, timeout_ms=2**31, topics=[])
+    with pytest.raises(UnsupportedVersionError):
+        encode_produce_body(14, transactional_id=None, acks=1, timeout_ms=1, topics=[])
+    with pytest.raises(TypeError):  # a name that is not a str
+        encode_produce_body(12, transactional_id=None, acks=1, timeout_ms=1,
+                            topics=[(b"t", None, [(0, view)])])
+
+
 # -- against the real broker -----------------------------------------------------------
 
 
