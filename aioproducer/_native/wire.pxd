@@ -100,9 +100,24 @@ cdef inline void put_be64(Writer* w, uint64_t v) noexcept nogil:
 
 
 cdef inline void put_uvarint(Writer* w, uint64_t v) noexcept nogil:
-    # Unsigned LEB128; Kafka's signed varints go through put_varint.
-    cdef int n = aiop_uvarint_size(v)
+    # Unsigned LEB128; Kafka's signed varints go through put_varint. One and two
+    # bytes (lengths under 8 KiB, counts, small deltas: most varints of a record)
+    # are written without sizing the value first.
+    cdef int n
     cdef unsigned char* p
+    if v < 0x80:
+        if reserve(w, 1):
+            (<unsigned char*>w.buf)[w.pos] = <unsigned char>v
+            w.pos += 1
+        return
+    if v < 0x4000:
+        if reserve(w, 2):
+            p = <unsigned char*>w.buf + w.pos
+            p[0] = <unsigned char>((v & 0x7F) | 0x80)
+            p[1] = <unsigned char>(v >> 7)
+            w.pos += 2
+        return
+    n = aiop_uvarint_size(v)
     if reserve(w, n):
         p = <unsigned char*>w.buf + w.pos
         while v >= 0x80:

@@ -1,25 +1,12 @@
-"""Hand-written Produce request framing (the hot path) and small wire helpers.
+"""Produce framing and answers (the hot path) and small wire helpers.
 
 Everything else on the control plane goes through ``kio``'s generated entities
-(:func:`request_module` and :func:`build_entity` make a request of any version);
-Produce is written by hand so that record batches are never copied: the body is
-returned as a list of small header byte strings interleaved with the caller's
-record memoryviews, ready for ``transport.writelines``.
-
-Only the flexible versions (9+) are produced. Layout (``ProduceRequest.json``)::
-
-    transactional_id  COMPACT_NULLABLE_STRING
-    acks              INT16
-    timeout_ms        INT32
-    topic_data        COMPACT_ARRAY of
-        name          COMPACT_STRING        (v9-v12)
-        topic_id      UUID                  (v13+)
-        partition_data COMPACT_ARRAY of
-            index     INT32
-            records   COMPACT_NULLABLE_BYTES
-            TAG_BUFFER
-        TAG_BUFFER
-    TAG_BUFFER
+(:func:`request_module` and :func:`build_entity` make a request of any version).
+Produce is framed by hand, in compiled code (``aioproducer/_native/produce.pyx``,
+where its layout is), so that record batches are never copied: the body is a list
+of small header byte strings interleaved with the caller's record memoryviews,
+ready for ``writev``. Its answer is read by :func:`decode_produce_answer`: compiled
+for the usual answer (every partition written), kio for any other.
 """
 
 from __future__ import annotations
@@ -28,7 +15,6 @@ import dataclasses
 import datetime
 import functools
 import operator
-import struct
 import sys
 import uuid
 from collections.abc import Sequence
@@ -95,7 +81,6 @@ __all__ = [
     "ProduceResponse",
     "build_entity",
     "check_entity_layout",
-    "compact_string",
     "decode_entity",
     "decode_produce_answer",
     "decode_produce_response",
@@ -160,10 +145,6 @@ if not TYPE_CHECKING:  # (mypy would take any name for one this function serves)
 
 _PRODUCE_V13_RESPONSE_MODULE = "kio.schema.produce.v13.response"
 
-_I16_I32 = struct.Struct(">hi")
-_I32 = struct.Struct(">i")
-_EMPTY_TAGS = b"\x00"
-_ACKS = (-1, 0, 1)
 
 
 def uvarint(value: int) -> bytes:
@@ -196,14 +177,6 @@ def read_uvarint(buf: bytes | bytearray | memoryview, offset: int) -> tuple[int,
         shift += 7
         if shift > 28:
             raise ProtocolError("unsigned varint is longer than 5 bytes")
-
-
-def compact_string(value: str | None) -> bytes:
-    """COMPACT_NULLABLE_STRING: uvarint(len + 1) then UTF-8 bytes; ``None`` is ``0``."""
-    if value is None:
-        return b"\x00"
-    data = value.encode("utf-8")
-    return uvarint(len(data) + 1) + data
 
 
 def encode_produce_body(
