@@ -763,9 +763,14 @@ class RecordAccumulator:
         """
         out: dict[int, list[ProducerBatch]] = {}
         by_node: dict[int, list[TopicPartition]] = {}
-        for tp, leader in cluster.leaders.items():
-            if self.batches.get(tp):
-                by_node.setdefault(leader, []).append(tp)
+        leaders = cluster.leaders
+        # The partitions with queued batches (as ready() walks them), not every
+        # partition the metadata knows: a pass costs O(queued), not O(cluster).
+        for tp, dq in self.batches.items():
+            if dq:
+                leader = leaders.get(tp)
+                if leader is not None:
+                    by_node.setdefault(leader, []).append(tp)
         for node in nodes:
             tps = by_node.get(node)
             if not tps:

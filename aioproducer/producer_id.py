@@ -26,7 +26,6 @@ one partition changes nothing for the others.
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import importlib
 import logging
@@ -315,8 +314,11 @@ class ProducerIdManager:
 
     @staticmethod
     def _drop(e: PartitionSequences, batch: ProducerBatch) -> None:
-        with contextlib.suppress(ValueError):
-            e.incomplete.remove(batch)
+        inc = e.incomplete
+        if inc and inc[0] is batch:  # acknowledged in sequence order: the usual case
+            del inc[0]
+        elif batch in inc:
+            inc.remove(batch)
 
     # -- the producer id ---------------------------------------------------------
 

@@ -4,18 +4,19 @@ From the repository root::
 
     python -m fuzz.long                          # 1,000,000 executions, 2 jobs
     python -m fuzz.long --executions 5000000 --jobs 2 --seconds 3600
-    python -m fuzz.long --memcheck 2000          # + the builder under valgrind
+    python -m fuzz.long --memcheck 2000          # + native targets under valgrind
 
 Each job is a child process with its own seed and ``RLIMIT_AS`` (2 GiB by default), so
 a decoder that allocates out of proportion to its input dies there instead of
 passing. The jobs stop at their share of ``--executions`` or at ``--seconds``; a job
 that fails prints the target and seed to replay (``fuzz.targets.replay``).
 
-``--memcheck N`` also runs N executions of the batch-builder target under valgrind's
-memcheck: a write past the end of a pool block (which the target's own checks cannot
-see, since it lands outside the block) is an "Invalid write" whose stack is in
-``aioproducer/_native``. Errors with no ``_native`` frame are CPython's own valgrind
-noise and are not counted.
+``--memcheck N`` also runs N executions of the native targets (the batch builder and the
+compiled Produce answer decoder) under valgrind's memcheck: a write past the end of a
+pool block (which the target's own checks cannot see, since it lands outside the
+block) is an "Invalid write", and a read past the end of a response body an "Invalid
+read", whose stack is in ``aioproducer/_native``. Errors with no ``_native`` frame are
+CPython's own valgrind noise and are not counted.
 """
 
 from __future__ import annotations
@@ -86,6 +87,7 @@ def run_memcheck(executions: int, seed: int) -> tuple[int, int, str]:
         subprocess.run(
             ["valgrind", "--tool=memcheck", "--leak-check=no", f"--log-file={log.name}",
              "--num-callers=30", sys.executable, *TARGETS, "--only", "builder",
+             "--only", "produce_answer",
              "--executions", str(executions), "--seed", str(seed)],
             env={**_env(), "PYTHONMALLOC": "malloc"}, cwd=ROOT, check=True,
             stdout=subprocess.DEVNULL, timeout=3600)
@@ -105,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--memory", type=int, default=2 << 30, help="RLIMIT_AS per job, bytes")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--memcheck", type=int, default=0, metavar="N",
-                    help="also run N builder executions under valgrind memcheck")
+                    help="also run N executions of the native targets under valgrind memcheck")
     args = ap.parse_args(argv)
     seed = args.seed if args.seed is not None else random.randrange(2**31)
     totals, elapsed, failures = run_jobs(args.executions, args.jobs, args.seconds,
@@ -123,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.memcheck:
         started = time.monotonic()
         ours, all_errors, excerpt = run_memcheck(args.memcheck, seed)
-        print(f"memcheck: {args.memcheck:,} builder executions in "
+        print(f"memcheck: {args.memcheck:,} native-target executions in "
               f"{time.monotonic() - started:.0f} s: {ours} error(s) in aioproducer/_native "
               f"({all_errors} in CPython and other libraries, not ours)")
         if ours:
