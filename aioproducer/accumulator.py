@@ -251,7 +251,12 @@ class RecordAccumulator:
                 return AppendResult(appended[0], appended[1], False)
         size = self.block_size_for(record_size, tp)
         charge = self._charge_for(size, record_size, tp)
-        block = await self.allocate(charge, max_block_s)
+        # Memory at once (no sender waits before us): nothing else ran since the
+        # appends above found no room, so they need not be tried again below.
+        block = None if self._waiters else self.pool.try_allocate(charge)
+        waited = block is None
+        if block is None:
+            block = await self.allocate(charge, max_block_s)
         if self._refusal is not None:
             self.release_block(block)
             self._check_open()
@@ -261,11 +266,12 @@ class RecordAccumulator:
             except BaseException:
                 self.release_block(block)
                 raise
-        # Another send may have opened a batch for this partition while we waited.
-        appended = self._append_counted(tp, timestamp, key, value, headers, sticky)
-        if appended is not None:
-            self.release_block(block)
-            return AppendResult(appended[0], appended[1], False)
+        if waited:
+            # Another send may have opened a batch for this partition meanwhile.
+            appended = self._append_counted(tp, timestamp, key, value, headers, sticky)
+            if appended is not None:
+                self.release_block(block)
+                return AppendResult(appended[0], appended[1], False)
         if charge < size:
             block = self._outside_block(block, size)
         batch = self.new_batch(tp, block,
@@ -284,7 +290,9 @@ class RecordAccumulator:
         if sticky is None:
             return self.try_append(tp, timestamp, key, value, headers)
         batch = self.tail(tp)
-        before = 0 if batch is None else int(batch.builder.size_in_bytes)
+        if batch is None or batch.full:  # (what try_append would find)
+            return None
+        before = int(batch.builder.size_in_bytes)
         appended = self.try_append(tp, timestamp, key, value, headers)
         if appended is not None:
             sticky.on_appended(tp[0], tp[1], int(appended[0].builder.size_in_bytes) - before)

@@ -250,7 +250,7 @@ class Sender:
             err = txn.blocks_queued
             if err is not None and any(self.acc.batches.values()):
                 self.abort_queued(err)
-        elif pid is not None and pid.ready:
+        elif pid is not None and pid.ready and pid.recovering:
             # Idempotence: settle partitions whose expired batches are answered, and
             # make the local epoch bumps that are due (only those partitions wait).
             pid.maybe_resolve(self.in_flight)
