@@ -251,12 +251,12 @@ class RecordAccumulator:
                 return AppendResult(appended[0], appended[1], False)
         size = self.block_size_for(record_size, tp)
         charge = self._charge_for(size, record_size, tp)
-        # Memory at once (no sender waits before us): nothing else ran since the
-        # appends above found no room, so they need not be tried again below.
-        block = None if self._waiters else self.pool.try_allocate(charge)
+        # Memory at once: nothing else ran since the appends above found no room, so
+        # they need not be tried again below.
+        block = self.allocate_now(charge)
         waited = block is None
         if block is None:
-            block = await self.allocate(charge, max_block_s)
+            block = await self.wait_for_block(charge, max_block_s)
         if self._refusal is not None:
             self.release_block(block)
             self._check_open()
@@ -473,12 +473,14 @@ class RecordAccumulator:
             else:  # did not fit compressed: the data does not compress
                 self.ratios.observe(batch.topic, b.records_size, b.records_size + 1)
 
-    async def allocate(self, size: int, max_block_s: float) -> Block:
-        """A block of ``size`` bytes, waiting FIFO for memory up to ``max_block_s``."""
-        if not self._waiters:
-            block = self.pool.try_allocate(size)
-            if block is not None:
-                return block
+    def allocate_now(self, size: int) -> Block | None:
+        """A block of ``size`` bytes if the pool has one now and no send waits for
+        memory before us (they are served first, FIFO); else None."""
+        return None if self._waiters else self.pool.try_allocate(size)
+
+    async def wait_for_block(self, size: int, max_block_s: float) -> Block:
+        """A block of ``size`` bytes, waiting FIFO for memory up to ``max_block_s``
+        (after :meth:`allocate_now` found none)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max_block_s
         fut: asyncio.Future[None] = loop.create_future()

@@ -146,7 +146,6 @@ if not TYPE_CHECKING:  # (mypy would take any name for one this function serves)
 _PRODUCE_V13_RESPONSE_MODULE = "kio.schema.produce.v13.response"
 
 
-
 def uvarint(value: int) -> bytes:
     """Unsigned LEB128 varint (the protocol's UNSIGNED_VARINT)."""
     if value < 0:
@@ -216,7 +215,6 @@ def decode_produce_response(version: int, body: bytes | memoryview) -> ProduceRe
         )
     return decode_entity(cast("type[ProduceResponse]", response_type(PRODUCE_API_KEY, version)),
                          body)
-
 
 
 @dataclasses.dataclass(slots=True)
