@@ -1,6 +1,8 @@
 """Hostile bytes from a real broker's connection (the broker half of the fuzz tests,
 ``tests/unit/test_fuzz.py``): a malformed Produce response is retried on a new
-connection, and the response frame bound from the config refuses what is bigger."""
+connection, an answer that says nothing about the partitions (a null ``responses``
+array) is retried on the same one, and the response frame bound from the config
+refuses what is bigger."""
 
 from __future__ import annotations
 
@@ -51,6 +53,51 @@ async def test_malformed_produce_response_is_retried(kafka_bootstrap: str,
     # At least one new connection (two corrupted responses pipelined on one
     # connection close it once).
     assert connections >= 2
+    assert outcome.failed == 0 and outcome.lost == 0 and outcome.duplicated == 0
+    assert outcome.out_of_order == 0
+    where = {decode(m.value): (m.partition, m.offset) for m in consumed}
+    assert all(where[i] == (r.partition, r.offset) for i, r in enumerate(results))
+
+
+def _null_responses(body: bytes) -> bytes:
+    """The same answer with a null ``responses`` array: a valid ProduceResponse (v9+,
+    flexible: compact array length 0 is null) that names no partition, throttle 0, no
+    tagged fields."""
+    return b"\x00" + bytes(4) + b"\x00"
+
+
+@pytest.mark.asyncio
+async def test_produce_answer_with_null_responses_is_retried(kafka_bootstrap: str,
+                                                             topic_factory: Any) -> None:
+    """kio reads a null ``responses`` array as None. The producer reads it as an
+    answer about no partition: every batch the request carried is retried (each was
+    written: the broker answered the real request), and idempotence makes the retry a
+    duplicate the broker recognises, so each record is written exactly once, in order,
+    and the producer stays healthy. The answer is a valid one, so the connection stays:
+    reading the None as a list (the bug fixed in 4e15446) raised TypeError, which the
+    connection takes for a malformed frame and closes on (in the Sender's callback,
+    before that, it failed the producer)."""
+    topic = topic_factory(partitions=2)
+    n = 3000
+    async with ProxyCluster.start(kafka_bootstrap) as proxies, \
+            Producer(bootstrap_servers=proxies.bootstrap, linger_ms=2) as producer:
+        await producer.send_and_wait(topic, b"warm-up", partition=0)
+        for proxy in proxies.proxies.values():
+            proxy.corrupt_responses(PRODUCE, _null_responses, count=2)
+        futs = [await producer.send(topic, encode(i), key=b"k%d" % (i % 5)) for i in range(n)]
+        results = await settle(futs)
+        corrupted = sum(p.stats["responses_corrupted"] for p in proxies.proxies.values())
+        connections = sum(p.stats["connections"] for p in proxies.proxies.values())
+        # Still healthy: one more record after the faults goes through.
+        after = await producer.send_and_wait(topic, b"after", partition=1)
+    consumed = [m for m in consume_all(kafka_bootstrap, topic, n + 2)
+                if m.value not in (b"warm-up", b"after")]
+    outcome = check([b"k%d" % (i % 5) for i in range(n)], results, consumed)
+    print(f"\nnull responses: {corrupted} answers emptied, {connections} connections: "
+          f"{outcome.line()}")
+    assert corrupted == 2, "the fault was not injected: the test proved nothing"
+    assert connections == 1, "a valid answer closed the connection (read as malformed)"
+    assert after.offset >= 0
     assert outcome.failed == 0 and outcome.lost == 0 and outcome.duplicated == 0
     assert outcome.out_of_order == 0
     where = {decode(m.value): (m.partition, m.offset) for m in consumed}
