@@ -6,6 +6,7 @@ refuses what is bigger."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ from support.delivery_util import check, decode, encode, settle
 from support.faultproxy import ProxyCluster
 from support.kafka_util import consume_all
 
-from aioproducer import Producer
+from aioproducer import Producer, RecordMetadata
 from aioproducer.errors import ConfigError, KafkaError
 
 PRODUCE = 0
@@ -27,16 +28,24 @@ def _hostile_count(body: bytes) -> bytes:
     return b"\xff\xff\xff\xff\x0f" + bytes(16)  # 2**35 - 2 topics
 
 
-@pytest.mark.asyncio
-@pytest.mark.parametrize("corrupt", [_truncated, _hostile_count], ids=["truncated",
-                                                                      "hostile-count"])
-async def test_malformed_produce_response_is_retried(kafka_bootstrap: str,
-                                                     topic_factory: Any, corrupt: Any) -> None:
-    """A Produce response that does not decode closes that connection; the batches it
-    answered are retried on a new one, and (idempotence) written exactly once."""
-    topic = topic_factory(partitions=2)
-    n = 3000
-    async with ProxyCluster.start(kafka_bootstrap) as proxies, \
+@dataclass
+class _Faulted:
+    corrupted: int
+    """Produce answers the proxies replaced."""
+    connections: int
+    """Connections the producer opened through the proxies."""
+    after: RecordMetadata
+    """A record sent once the faulted ones were settled."""
+    outcome: Any
+    """``check()``'s count of failed, lost, duplicated and out-of-order records."""
+
+
+async def _produce_through(bootstrap: str, topic: str, corrupt: Any, n: int = 3000) -> _Faulted:
+    """Send ``n`` keyed records (idempotent, linger 2 ms) through fault proxies that
+    replace the next two Produce answers with ``corrupt(body)``, then one more record;
+    read the topic back with an independent consumer and check each record was
+    written exactly once, in order, at the offset its future gave."""
+    async with ProxyCluster.start(bootstrap) as proxies, \
             Producer(bootstrap_servers=proxies.bootstrap, linger_ms=2) as producer:
         await producer.send_and_wait(topic, b"warm-up", partition=0)
         for proxy in proxies.proxies.values():
@@ -45,18 +54,33 @@ async def test_malformed_produce_response_is_retried(kafka_bootstrap: str,
         results = await settle(futs)
         corrupted = sum(p.stats["responses_corrupted"] for p in proxies.proxies.values())
         connections = sum(p.stats["connections"] for p in proxies.proxies.values())
-    consumed = [m for m in consume_all(kafka_bootstrap, topic, n + 1) if m.value != b"warm-up"]
+        # Still healthy: one more record after the faults goes through.
+        after = await producer.send_and_wait(topic, b"after", partition=1)
+    consumed = [m for m in consume_all(bootstrap, topic, n + 2)
+                if m.value not in (b"warm-up", b"after")]
     outcome = check([b"k%d" % (i % 5) for i in range(n)], results, consumed)
-    print(f"\n{corrupt.__name__}: {corrupted} responses corrupted, {connections} "
+    print(f"\n{corrupt.__name__}: {corrupted} answers replaced, {connections} "
           f"connections: {outcome.line()}")
     assert corrupted == 2, "the fault was not injected: the test proved nothing"
-    # At least one new connection (two corrupted responses pipelined on one
-    # connection close it once).
-    assert connections >= 2
     assert outcome.failed == 0 and outcome.lost == 0 and outcome.duplicated == 0
     assert outcome.out_of_order == 0
     where = {decode(m.value): (m.partition, m.offset) for m in consumed}
     assert all(where[i] == (r.partition, r.offset) for i, r in enumerate(results))
+    return _Faulted(corrupted, connections, after, outcome)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("corrupt", [_truncated, _hostile_count], ids=["truncated",
+                                                                      "hostile-count"])
+async def test_malformed_produce_response_is_retried(kafka_bootstrap: str,
+                                                     topic_factory: Any, corrupt: Any) -> None:
+    """A Produce response that does not decode closes that connection; the batches it
+    answered are retried on a new one, and (idempotence) written exactly once."""
+    got = await _produce_through(kafka_bootstrap, topic_factory(partitions=2), corrupt)
+    # At least one new connection (two corrupted responses pipelined on one
+    # connection close it once).
+    assert got.connections >= 2
+    assert got.after.offset >= 0
 
 
 def _null_responses(body: bytes) -> bytes:
@@ -77,31 +101,10 @@ async def test_produce_answer_with_null_responses_is_retried(kafka_bootstrap: st
     reading the None as a list (the bug fixed in 4e15446) raised TypeError, which the
     connection takes for a malformed frame and closes on (in the Sender's callback,
     before that, it failed the producer)."""
-    topic = topic_factory(partitions=2)
-    n = 3000
-    async with ProxyCluster.start(kafka_bootstrap) as proxies, \
-            Producer(bootstrap_servers=proxies.bootstrap, linger_ms=2) as producer:
-        await producer.send_and_wait(topic, b"warm-up", partition=0)
-        for proxy in proxies.proxies.values():
-            proxy.corrupt_responses(PRODUCE, _null_responses, count=2)
-        futs = [await producer.send(topic, encode(i), key=b"k%d" % (i % 5)) for i in range(n)]
-        results = await settle(futs)
-        corrupted = sum(p.stats["responses_corrupted"] for p in proxies.proxies.values())
-        connections = sum(p.stats["connections"] for p in proxies.proxies.values())
-        # Still healthy: one more record after the faults goes through.
-        after = await producer.send_and_wait(topic, b"after", partition=1)
-    consumed = [m for m in consume_all(kafka_bootstrap, topic, n + 2)
-                if m.value not in (b"warm-up", b"after")]
-    outcome = check([b"k%d" % (i % 5) for i in range(n)], results, consumed)
-    print(f"\nnull responses: {corrupted} answers emptied, {connections} connections: "
-          f"{outcome.line()}")
-    assert corrupted == 2, "the fault was not injected: the test proved nothing"
-    assert connections == 1, "a valid answer closed the connection (read as malformed)"
-    assert after.offset >= 0
-    assert outcome.failed == 0 and outcome.lost == 0 and outcome.duplicated == 0
-    assert outcome.out_of_order == 0
-    where = {decode(m.value): (m.partition, m.offset) for m in consumed}
-    assert all(where[i] == (r.partition, r.offset) for i, r in enumerate(results))
+    got = await _produce_through(kafka_bootstrap, topic_factory(partitions=2),
+                                 _null_responses)
+    assert got.connections == 1, "a valid answer closed the connection (read as malformed)"
+    assert got.after.offset >= 0
 
 
 @pytest.mark.asyncio
