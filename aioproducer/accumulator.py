@@ -13,6 +13,7 @@ import contextlib
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sized
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -667,7 +668,7 @@ class RecordAccumulator:
         heads = [dq[0].created for dq in self.batches.values() if dq]
         return min(heads) if heads else None
 
-    def ready(self, cluster: Cluster, now: float, muted: set[TopicPartition],
+    def ready(self, cluster: Cluster, now: float, muted: AbstractSet[TopicPartition],
               flying: Mapping[TopicPartition, Sized] | None = None) -> ReadyResult:
         """Leaders that have at least one sendable batch, and when to look again.
 
@@ -763,7 +764,7 @@ class RecordAccumulator:
         self.node_ready_at[node] = now
 
     def drain(self, cluster: Cluster, nodes: Iterable[int], max_request_size: int,
-              now: float, muted: set[TopicPartition],
+              now: float, muted: AbstractSet[TopicPartition],
               may_send: Callable[[ProducerBatch], bool] | None = None,
               flying: Mapping[TopicPartition, Sized] | None = None,
               ) -> dict[int, list[ProducerBatch]]:

@@ -293,10 +293,7 @@ class RecordPartitioner:
     def sticky(self, topic: str, info: TopicInfo) -> int:
         """The sticky partition for the next keyless record, moved first if its
         switch is due (KIP-794; the same rule as the native path's)."""
-        r = self.route(topic, info)
-        if r.switch_due():
-            self._move(topic, r, info)
-        return r.sticky
+        return self._sticky_of(topic, self.route(topic, info), info)
 
     def is_sticky_choice(self, topic: str, key: bytes | None, explicit: int | None) -> bool:
         """Whether this record's partition came from the sticky choice."""
@@ -310,7 +307,12 @@ class RecordPartitioner:
         r = self.route(topic, info)
         if r.sticky != previous:
             return previous if r.sticky < 0 else r.sticky
-        return self.sticky(topic, info)
+        return self._sticky_of(topic, r, info)
+
+    def _sticky_of(self, topic: str, r: TopicRoute, info: TopicInfo) -> int:
+        if r.switch_due():
+            self._move(topic, r, info)
+        return r.sticky
 
     def on_appended(self, topic: str, partition: int, nbytes: int) -> None:
         """A keyless record added ``nbytes`` to ``partition``'s batches."""

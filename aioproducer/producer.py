@@ -325,13 +325,14 @@ class Producer:
         return self._appender.send(topic, value, key, partition=partition,
                                    timestamp_ms=timestamp_ms, headers=headers)
 
-    async def _send_any(self, topic: str, value: Any, key: Any, partition: int | None,
-                        timestamp_ms: int | None,
-                        headers: Sequence[Header] | None) -> RecordFuture:
+    def _send_any(self, topic: str, value: Any, key: Any, partition: int | None,
+                  timestamp_ms: int | None,
+                  headers: Sequence[Header] | None) -> Coroutine[Any, Any, RecordFuture]:
+        """send()'s Python path: a coroutine (traced, or not), run only when awaited."""
         if self._tracing is not None:
-            return await self._tracing.send(self._send, topic, value, key, partition,
-                                            timestamp_ms, headers)
-        return await self._send(topic, value, key, partition, timestamp_ms, headers)
+            return self._tracing.send(self._send, topic, value, key, partition,
+                                      timestamp_ms, headers)
+        return self._send(topic, value, key, partition, timestamp_ms, headers)
 
     def _on_sender_failed(self, error: KafkaError) -> None:
         """The Sender failed for good: from now on every send raises at once."""
@@ -581,7 +582,7 @@ class Producer:
         if self._linger_zero:
             # linger_ms=0: the batch is sendable now; one Sender pass here writes it
             # without waiting for the Sender task's next turn of the loop.
-            sender.run_once(time.monotonic())
+            sender.run_once(time.monotonic(), want_delay=False)
             if batch.full:
                 return  # drained and written: nothing left for the Sender task
             if sender.in_flight.get(batch.tp):

@@ -15,6 +15,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +57,7 @@ __all__ = ["Sender"]
 log = logging.getLogger("aioproducer.sender")
 
 _PRODUCE = 0
+_NONE_MUTED: frozenset[TopicPartition] = frozenset()
 _METADATA_ERRORS = frozenset({
     int(ErrorCode.not_leader_or_follower),
     int(ErrorCode.unknown_topic_or_partition),
@@ -219,17 +221,22 @@ class Sender:
 
     # -- one pass ----------------------------------------------------------------
 
-    def run_once(self, now: float) -> float:
-        """One pass of the Sender; the delay until the next one is due."""
+    def run_once(self, now: float, want_delay: bool = True) -> float:
+        """One pass of the Sender; the delay until the next one is due.
+
+        ``want_delay=False`` (a pass made in ``send()`` under linger 0, whose caller
+        does not sleep on it) skips working out that delay and returns 0.0: the
+        Sender task works out its own when it next runs.
+        """
         if self.fatal_error is not None:
             return float("inf")
         try:
-            return self._run_once(now)
+            return self._run_once(now, want_delay)
         except Exception as exc:  # a bug: fail loudly, never leave sends hanging
             self.fail_producer(exc)
             return float("inf")
 
-    def _run_once(self, now: float) -> float:
+    def _run_once(self, now: float, want_delay: bool = True) -> float:
         delay = float("inf")
         md_due = self.metadata.due_in(now)
         if md_due <= 0:
@@ -298,6 +305,8 @@ class Sender:
                 txn.start_add()
             else:
                 delay = min(delay, due)
+        if not want_delay:
+            return 0.0
         delay = min(delay, res.next_check)
         oldest = self.acc.oldest_queued()
         if oldest is not None:
@@ -335,9 +344,9 @@ class Sender:
                     break
         return oldest
 
-    def _muted(self) -> set[TopicPartition]:
+    def _muted(self) -> AbstractSet[TopicPartition]:
         if not self.guarantee_order:
-            return set()
+            return _NONE_MUTED
         return {tp for tp, dq in self.in_flight.items() if dq}
 
     def _node_sendable(self, node: int) -> bool:
