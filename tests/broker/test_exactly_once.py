@@ -299,6 +299,11 @@ async def test_send_many_does_not_answer_for_a_send_made_while_it_waited(
     async with Producer(bootstrap_servers=kafka_bootstrap, linger_ms=200, batch_size=4000,
                         **BOUNDED) as producer:
         await producer.send_and_wait(topic, WARM_UP, partition=0)  # metadata known
+        # Let the Sender finish whatever the warm-up's answer woke it for and park on
+        # its timer: a Sender step already queued when the other task is created would
+        # run before it at send_many's yield and drain partition 1's batch (holding
+        # only the call's first record) before the other record could join it.
+        await asyncio.sleep(0.05)
         other = asyncio.create_task(producer.send(topic, big, partition=1))
         result = await producer.send_many(topic, [b"x" * 50] * 150,
                                           [key1] + [key0] * 149)
