@@ -42,7 +42,7 @@ demo: broker
 
 # Set-up plus the full suite (the suite starts its own broker once per session).
 test: build
-	$(BIN)/python -m pytest -q -ra $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -ra --durations=25 $(PYTEST_ARGS)
 
 lint: build
 	$(BIN)/ruff check aioproducer tests bench fuzz setup.py
