@@ -325,7 +325,7 @@ async def test_compressed_batches_approach_batch_size_on_the_wire(
     batch at the end of each of several awaited calls would compress worse, the worse
     the fewer records it happened to get, and set the estimate for the next call's
     batches), ``linger_ms`` far longer than the test (no batch is taken before it is
-    full but the last, at close), and a ``buffer_memory`` of a few batches (the
+    full but the last, at the flush), and a ``buffer_memory`` of a few batches (the
     appending waits for the Sender, which closes the batches, so the estimate follows
     them instead of lagging behind a buffer full of batches sized before anything was
     learnt).
@@ -342,7 +342,11 @@ async def test_compressed_batches_approach_batch_size_on_the_wire(
                         batch_size=batch_size, batch_max_size=batch_size,
                         linger_ms=60_000, buffer_memory=512 * 1024,
                         max_request_size=512 * 1024) as producer:
-        assert await (await producer.send_many(topic, values)) == len(values)
+        result = await producer.send_many(topic, values)
+        # The last, partial batch goes now, not when linger_ms runs out (awaiting the
+        # result alone waited the whole minute for it).
+        await producer.flush()
+        assert await result == len(values)
     batches = dump_batches(log_dir, topic)
     check_log_layout(batches, {0: len(values)})
     assert {b.codec for b in batches} == {codec}
@@ -352,7 +356,7 @@ async def test_compressed_batches_approach_batch_size_on_the_wire(
     assert batches[0].count * record_bytes <= batch_size
     assert max(b.size for b in batches) <= batch_size
     assert batches[-1].last_offset == len(values) - 1
-    full = batches[:-1]  # the last one was sent at close, however full
+    full = batches[:-1]  # the last one was sent at the flush, however full
     late = full[-len(full) // 4:]
     by_size = sorted(b.size for b in late)
     assert by_size[len(by_size) * 9 // 10] >= 0.8 * batch_size, by_size

@@ -685,9 +685,12 @@ async def test_send_many_errors_match_the_real_producer(kafka_bootstrap: str,
         ([b"a"], None, 3),
     ]
     outcomes = []
+    # Partition 3 of 3: the real producer waits max_block_ms for it to appear (the
+    # default, 60 s, was most of this test's time).
     producers: list[Producer | MockProducer] = [
-        Producer(bootstrap_servers=kafka_bootstrap, max_request_size=1000),
-        MockProducer(cluster={topic: 3}, max_request_size=1000)]
+        Producer(bootstrap_servers=kafka_bootstrap, max_request_size=1000,
+                 max_block_ms=2000),
+        MockProducer(cluster={topic: 3}, max_request_size=1000, max_block_ms=2000)]
     for producer in producers:
         got: list[Any] = []
         async with producer:
