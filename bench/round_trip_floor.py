@@ -22,14 +22,24 @@ five requests in flight, and the records the broker took per second are printed:
 fast this broker, on the same cores, can take such records from one connection with
 no client work at all.
 
+With ``--paced RATE`` it asks it of the ``paced-10k`` row: the one-record request is
+written by an asyncio loop at a fixed rate for ``--seconds``, without waiting for the
+answers (one connection, answers in order), and each record's latency runs from its
+write to its answer, as the bench times a paced record from its ``send()``. At 10,000
+requests a second this broker falls behind (one connection's requests are handled one
+at a time), so lower rates show the tail the broker gives a client that does nothing
+else.
+
     python -m bench.round_trip_floor --bootstrap 127.0.0.1:9092 --rounds 3000 --reps 3
     python -m bench.round_trip_floor --bootstrap 127.0.0.1:9092 --bulk --rounds 400
+    python -m bench.round_trip_floor --bootstrap 127.0.0.1:9092 --paced 1000 --reps 3
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import os
 import socket
 import sys
@@ -202,6 +212,54 @@ async def _asyncio_rounds(bootstrap: str, request: bytes, rounds: int) -> list[f
     return lat
 
 
+class _Paced(asyncio.Protocol):
+    """Times each answer against the moment its request was written (answers come in
+    the order of the requests)."""
+
+    def __init__(self) -> None:
+        self.sent: collections.deque[float] = collections.deque()
+        self.lat: list[float] = []
+        self.buf = b""
+        self.all_in: asyncio.Future[None] | None = None
+        self.expected = 0
+
+    def data_received(self, data: bytes) -> None:
+        now = time.perf_counter()
+        buf = self.buf + data
+        while len(buf) >= 4 and len(buf) >= 4 + int.from_bytes(buf[:4], "big"):
+            buf = buf[4 + int.from_bytes(buf[:4], "big"):]
+            self.lat.append(now - self.sent.popleft())
+        self.buf = buf
+        if len(self.lat) >= self.expected and self.all_in is not None \
+                and not self.all_in.done():
+            self.all_in.set_result(None)
+
+
+async def _paced_rounds(bootstrap: str, request: bytes, rate: float,
+                        seconds: float) -> list[float]:
+    loop = asyncio.get_running_loop()
+    host, port = _host_port(bootstrap)
+    transport, proto = await loop.create_connection(_Paced, host, port)
+    transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    n = int(rate * seconds)
+    proto.expected = n
+    proto.all_in = loop.create_future()
+    perf = time.perf_counter
+    try:
+        start = perf() + 0.01
+        for i in range(n):
+            due = start + i / rate
+            wait = due - perf()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            proto.sent.append(perf())
+            transport.write(request)
+        await asyncio.wait_for(proto.all_in, timeout=30.0)
+    finally:
+        transport.close()
+    return proto.lat
+
+
 def run_asyncio(bootstrap: str, request: bytes, rounds: int) -> list[float]:
     return asyncio.run(_asyncio_rounds(bootstrap, request, rounds))
 
@@ -254,6 +312,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--bulk", action="store_true",
                     help="the broker's ceiling for send_many's requests instead")
+    ap.add_argument("--paced", type=float, default=None, metavar="RATE",
+                    help="the paced row's floor instead: one-record requests at RATE/s")
+    ap.add_argument("--seconds", type=float, default=5.0, help="with --paced: how long")
     ap.add_argument("--batch-size", type=int, default=None,
                     help="with --bulk: the producer's batch_size (default: its own)")
     ns = ap.parse_args(argv)
@@ -268,6 +329,8 @@ def main(argv: list[str] | None = None) -> int:
         if ns.bulk:
             return _bulk(ns.bootstrap, topic, ns.rounds, ns.reps, ns.batch_size)
         request, _ = capture_request(ns.bootstrap, topic)
+        if ns.paced:
+            return _paced(ns.bootstrap, request, ns.paced, ns.seconds, ns.reps)
         print(f"captured a Produce request of {len(request)} bytes")
         rows: list[tuple[str, Callable[[], list[float]]]] = [
             ("blocking", lambda: run_blocking(ns.bootstrap, request, ns.rounds)),
@@ -289,6 +352,20 @@ def main(argv: list[str] | None = None) -> int:
                       flush=True)
     finally:
         admin.delete_topic(topic)
+    return 0
+
+
+def _paced(bootstrap: str, request: bytes, rate: float, seconds: float, reps: int) -> int:
+    print(f"one-record requests at {rate:,.0f}/s for {seconds:g} s, asyncio loop")
+    print("| rep | p50 µs | p99 µs | max µs | over 1 ms |")
+    print("|---|---|---|---|---|")
+    for rep in range(reps):
+        lat = sorted(asyncio.run(_paced_rounds(bootstrap, request, rate, seconds)))
+        p50 = (percentile(lat, 0.5) or 0.0) * 1e6
+        p99 = (percentile(lat, 0.99) or 0.0) * 1e6
+        over = sum(1 for x in lat if x > 1e-3)
+        print(f"| {rep + 1} | {p50:.0f} | {p99:.0f} | {lat[-1] * 1e6:.0f} | {over:,} |",
+              flush=True)
     return 0
 
 

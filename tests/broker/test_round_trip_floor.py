@@ -4,6 +4,7 @@ by confluent-kafka, so the floors it prints are of real round trips."""
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from pathlib import Path
 
@@ -15,6 +16,7 @@ if str(ROOT) not in sys.path:
 
 from bench.round_trip_floor import (  # noqa: E402
     VALUE,
+    _paced_rounds,
     capture_request,
     run_asyncio,
     run_blocking,
@@ -31,11 +33,12 @@ def test_one_record_request_is_appended_by_every_floor_client(kafka_bootstrap: s
 
     blocking = run_blocking(kafka_bootstrap, request, 20)
     tasked = run_asyncio(kafka_bootstrap, request, 10)
-    assert len(blocking) == 20 and len(tasked) == 10
-    assert min(blocking + tasked) > 0
+    paced = asyncio.run(_paced_rounds(kafka_bootstrap, request, 200.0, 0.25))
+    assert len(blocking) == 20 and len(tasked) == 10 and len(paced) == 50
+    assert min(blocking + tasked + paced) > 0
 
-    got = consume_all(kafka_bootstrap, topic, expected=32, timeout=30)
-    assert [r.offset for r in got] == list(range(32))
+    got = consume_all(kafka_bootstrap, topic, expected=82, timeout=30)
+    assert [r.offset for r in got] == list(range(82))
     assert all(r.value == VALUE and r.key is None for r in got)
 
 
