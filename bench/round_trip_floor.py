@@ -12,8 +12,8 @@ each answer is read before the next write, by
   loop's select, the task's wake-up and one ``writev`` per round trip, nothing else);
 
 alternated in the same minutes with confluent-kafka's ``produce()`` + ``flush()`` and
-our ``send_and_wait`` (acks=1, linger 0, as in the bench). Each prints p50, p99 and the
-process CPU (user + system, every thread) per round trip.
+our ``send_and_wait`` on both loops (acks=1, linger 0, as in the bench). Each prints
+p50, p99 and the process CPU (user + system, every thread) per round trip.
 
 With ``--bulk`` it asks the same of the ``nokey-100B-1p`` row instead: the largest
 Produce request our ``send_many`` writes for 100-byte records (acks=1, no idempotence,
@@ -270,7 +270,8 @@ def run_uvloop(bootstrap: str, request: bytes, rounds: int) -> list[float]:
     return uvloop.run(_asyncio_rounds(bootstrap, request, rounds))
 
 
-def run_aioproducer(bootstrap: str, topic: str, rounds: int) -> list[float]:
+def run_aioproducer(bootstrap: str, topic: str, rounds: int,
+                    loop: str = "asyncio") -> list[float]:
     from aioproducer import Producer
 
     async def main() -> list[float]:
@@ -284,6 +285,10 @@ def run_aioproducer(bootstrap: str, topic: str, rounds: int) -> list[float]:
                 lat.append(perf() - t)
         return lat
 
+    if loop == "uvloop":
+        import uvloop
+
+        return uvloop.run(main())
     return asyncio.run(main())
 
 
@@ -338,6 +343,8 @@ def main(argv: list[str] | None = None) -> int:
             ("uvloop-task", lambda: run_uvloop(ns.bootstrap, request, ns.rounds)),
             ("confluent-kafka", lambda: run_confluent(ns.bootstrap, topic, ns.rounds)),
             ("aioproducer", lambda: run_aioproducer(ns.bootstrap, topic, ns.rounds)),
+            ("aioproducer+uvloop",
+             lambda: run_aioproducer(ns.bootstrap, topic, ns.rounds, "uvloop")),
         ]
         print("| rep | row | p50 µs | p99 µs | CPU µs per round trip |")
         print("|---|---|---|---|---|")
