@@ -45,21 +45,36 @@ import socket
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 if __package__ in (None, ""):  # run as a script
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from aioproducer.net.client import parse_bootstrap_servers
 from bench.common import percentile
 
 VALUE = b"x" * 100
+T = TypeVar("T")
 
 
-def _host_port(bootstrap: str) -> tuple[str, int]:
-    host, _, port = bootstrap.rpartition(":")
-    return host, int(port)
+def _on_loop(main: Callable[[], Coroutine[Any, Any, T]], loop: str) -> T:
+    """Runs ``main()`` on asyncio's own loop or on uvloop."""
+    if loop == "uvloop":
+        import uvloop
+
+        return uvloop.run(main())
+    return asyncio.run(main())
+
+
+def _whole_frames(buf: bytes) -> tuple[int, bytes]:
+    """How many whole response frames ``buf`` starts with, and what follows them."""
+    count = 0
+    while len(buf) >= 4 and len(buf) >= 4 + (size := int.from_bytes(buf[:4], "big")):
+        buf = buf[4 + size:]
+        count += 1
+    return count, buf
 
 
 def capture_request(bootstrap: str, topic: str, bulk: int = 0,
@@ -110,24 +125,15 @@ def capture_request(bootstrap: str, topic: str, bulk: int = 0,
     return max(seen, key=lambda s: len(s[0]))
 
 
-def _read_frame(sock: socket.socket) -> bytes:
-    buf = b""
-    while len(buf) < 4:
-        chunk = sock.recv(65536)
-        if not chunk:
-            raise ConnectionError("the broker closed the connection")
-        buf += chunk
-    size = int.from_bytes(buf[:4], "big")
-    while len(buf) < 4 + size:
-        chunk = sock.recv(65536)
-        if not chunk:
-            raise ConnectionError("the broker closed the connection")
-        buf += chunk
-    return buf
+def _recv(sock: socket.socket, buf: bytes) -> bytes:
+    chunk = sock.recv(65536)
+    if not chunk:
+        raise ConnectionError("the broker closed the connection")
+    return buf + chunk
 
 
 def run_blocking(bootstrap: str, request: bytes, rounds: int) -> list[float]:
-    sock = socket.create_connection(_host_port(bootstrap))
+    sock = socket.create_connection(parse_bootstrap_servers(bootstrap)[0])
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     perf = time.perf_counter
     lat = []
@@ -135,7 +141,10 @@ def run_blocking(bootstrap: str, request: bytes, rounds: int) -> list[float]:
         for _ in range(rounds):
             t = perf()
             sock.sendall(request)
-            _read_frame(sock)
+            buf, frames = b"", 0
+            while not frames:  # one request in flight: one answer, nothing after it
+                buf = _recv(sock, buf)
+                frames, buf = _whole_frames(buf)
             lat.append(perf() - t)
     finally:
         sock.close()
@@ -146,7 +155,7 @@ def run_bulk(bootstrap: str, request: bytes, requests: int, records_per_request:
              in_flight: int = 5) -> tuple[float, float]:
     """Records per second and CPU µs per record of writing ``request`` ``requests``
     times, pipelined, reading every answer."""
-    sock = socket.create_connection(_host_port(bootstrap))
+    sock = socket.create_connection(parse_bootstrap_servers(bootstrap)[0])
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
         sent = answered = 0
@@ -157,13 +166,8 @@ def run_bulk(bootstrap: str, request: bytes, requests: int, records_per_request:
             while sent < requests and sent - answered < in_flight:
                 sock.sendall(request)
                 sent += 1
-            chunk = sock.recv(65536)
-            if not chunk:
-                raise ConnectionError("the broker closed the connection")
-            buf += chunk
-            while len(buf) >= 4 and len(buf) >= 4 + int.from_bytes(buf[:4], "big"):
-                buf = buf[4 + int.from_bytes(buf[:4], "big"):]
-                answered += 1
+            frames, buf = _whole_frames(_recv(sock, buf))
+            answered += frames
         elapsed = time.perf_counter() - t0
         cpu = time.process_time() - c0
     finally:
@@ -182,18 +186,15 @@ class _Floor(asyncio.Protocol):
         self.buf = b""
 
     def data_received(self, data: bytes) -> None:
-        buf = self.buf + data
-        while len(buf) >= 4 and len(buf) >= 4 + int.from_bytes(buf[:4], "big"):
-            buf = buf[4 + int.from_bytes(buf[:4], "big"):]
-            w = self.waiter
-            if w is not None and not w.done():
-                w.set_result(None)
-        self.buf = buf
+        frames, self.buf = _whole_frames(self.buf + data)
+        w = self.waiter
+        if frames and w is not None and not w.done():
+            w.set_result(None)
 
 
 async def _asyncio_rounds(bootstrap: str, request: bytes, rounds: int) -> list[float]:
     loop = asyncio.get_running_loop()
-    host, port = _host_port(bootstrap)
+    host, port = parse_bootstrap_servers(bootstrap)[0]
     transport, proto = await loop.create_connection(_Floor, host, port)
     sock = transport.get_extra_info("socket")
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -225,11 +226,9 @@ class _Paced(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         now = time.perf_counter()
-        buf = self.buf + data
-        while len(buf) >= 4 and len(buf) >= 4 + int.from_bytes(buf[:4], "big"):
-            buf = buf[4 + int.from_bytes(buf[:4], "big"):]
+        frames, self.buf = _whole_frames(self.buf + data)
+        for _ in range(frames):
             self.lat.append(now - self.sent.popleft())
-        self.buf = buf
         if len(self.lat) >= self.expected and self.all_in is not None \
                 and not self.all_in.done():
             self.all_in.set_result(None)
@@ -238,7 +237,7 @@ class _Paced(asyncio.Protocol):
 async def _paced_rounds(bootstrap: str, request: bytes, rate: float,
                         seconds: float) -> list[float]:
     loop = asyncio.get_running_loop()
-    host, port = _host_port(bootstrap)
+    host, port = parse_bootstrap_servers(bootstrap)[0]
     transport, proto = await loop.create_connection(_Paced, host, port)
     transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     n = int(rate * seconds)
@@ -260,14 +259,13 @@ async def _paced_rounds(bootstrap: str, request: bytes, rate: float,
     return proto.lat
 
 
-def run_asyncio(bootstrap: str, request: bytes, rounds: int) -> list[float]:
-    return asyncio.run(_asyncio_rounds(bootstrap, request, rounds))
+def run_task(bootstrap: str, request: bytes, rounds: int,
+             loop: str = "asyncio") -> list[float]:
+    return _on_loop(lambda: _asyncio_rounds(bootstrap, request, rounds), loop)
 
 
-def run_uvloop(bootstrap: str, request: bytes, rounds: int) -> list[float]:
-    import uvloop
-
-    return uvloop.run(_asyncio_rounds(bootstrap, request, rounds))
+def run_paced(bootstrap: str, request: bytes, rate: float, seconds: float) -> list[float]:
+    return asyncio.run(_paced_rounds(bootstrap, request, rate, seconds))
 
 
 def run_aioproducer(bootstrap: str, topic: str, rounds: int,
@@ -285,11 +283,7 @@ def run_aioproducer(bootstrap: str, topic: str, rounds: int,
                 lat.append(perf() - t)
         return lat
 
-    if loop == "uvloop":
-        import uvloop
-
-        return uvloop.run(main())
-    return asyncio.run(main())
+    return _on_loop(main, loop)
 
 
 def run_confluent(bootstrap: str, topic: str, rounds: int) -> list[float]:
@@ -339,8 +333,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"captured a Produce request of {len(request)} bytes")
         rows: list[tuple[str, Callable[[], list[float]]]] = [
             ("blocking", lambda: run_blocking(ns.bootstrap, request, ns.rounds)),
-            ("asyncio-task", lambda: run_asyncio(ns.bootstrap, request, ns.rounds)),
-            ("uvloop-task", lambda: run_uvloop(ns.bootstrap, request, ns.rounds)),
+            ("asyncio-task", lambda: run_task(ns.bootstrap, request, ns.rounds)),
+            ("uvloop-task", lambda: run_task(ns.bootstrap, request, ns.rounds, "uvloop")),
             ("confluent-kafka", lambda: run_confluent(ns.bootstrap, topic, ns.rounds)),
             ("aioproducer", lambda: run_aioproducer(ns.bootstrap, topic, ns.rounds)),
             ("aioproducer+uvloop",
@@ -367,7 +361,7 @@ def _paced(bootstrap: str, request: bytes, rate: float, seconds: float, reps: in
     print("| rep | p50 µs | p99 µs | max µs | over 1 ms |")
     print("|---|---|---|---|---|")
     for rep in range(reps):
-        lat = sorted(asyncio.run(_paced_rounds(bootstrap, request, rate, seconds)))
+        lat = sorted(run_paced(bootstrap, request, rate, seconds))
         p50 = (percentile(lat, 0.5) or 0.0) * 1e6
         p99 = (percentile(lat, 0.99) or 0.0) * 1e6
         over = sum(1 for x in lat if x > 1e-3)

@@ -4,7 +4,6 @@ by confluent-kafka, so the floors it prints are of real round trips."""
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from pathlib import Path
 
@@ -16,11 +15,11 @@ if str(ROOT) not in sys.path:
 
 from bench.round_trip_floor import (  # noqa: E402
     VALUE,
-    _paced_rounds,
     capture_request,
-    run_asyncio,
     run_blocking,
     run_bulk,
+    run_paced,
+    run_task,
 )
 
 
@@ -32,8 +31,8 @@ def test_one_record_request_is_appended_by_every_floor_client(kafka_bootstrap: s
     assert int.from_bytes(request[4:6], "big") == 0  # api key 0: Produce
 
     blocking = run_blocking(kafka_bootstrap, request, 20)
-    tasked = run_asyncio(kafka_bootstrap, request, 10)
-    paced = asyncio.run(_paced_rounds(kafka_bootstrap, request, 200.0, 0.25))
+    tasked = run_task(kafka_bootstrap, request, 10)
+    paced = run_paced(kafka_bootstrap, request, 200.0, 0.25)
     assert len(blocking) == 20 and len(tasked) == 10 and len(paced) == 50
     assert min(blocking + tasked + paced) > 0
 
