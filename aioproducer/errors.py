@@ -23,6 +23,7 @@ __all__ = [
     "GroupAuthorizationError",
     "IllegalStateError",
     "InvalidProducerEpochError",
+    "InvalidProducerIdMappingError",
     "InvalidRecordError",
     "InvalidTopicError",
     "KafkaConnectionError",
@@ -42,6 +43,7 @@ __all__ = [
     "TopicAuthorizationError",
     "TransactionAbortableError",
     "TransactionAbortedError",
+    "TransactionOutcomeUnknownError",
     "TransactionalIdAuthorizationError",
     "UnknownPartitionError",
     "UnknownProducerIdError",
@@ -100,6 +102,14 @@ class IllegalStateError(KafkaError, RuntimeError):
 
 class ProducerClosedError(IllegalStateError):
     """The producer is closed (or closing); no more records can be sent."""
+
+
+class TransactionOutcomeUnknownError(ProducerClosedError):
+    """``close()`` ran out of time while the commit's EndTxn was on its way: the request
+    was written, its answer did not come, so the transaction may be committed or not.
+    Read the output with a ``read_committed`` consumer (or let the next producer with
+    the same ``transactional_id`` finish it: ``init_transactions()`` completes a commit
+    the coordinator started, and aborts an open transaction)."""
 
 
 class KafkaTimeoutError(KafkaError, TimeoutError):
@@ -247,6 +257,15 @@ class UnknownProducerIdError(BrokerResponseError):
     code = ErrorCode.unknown_producer_id
 
 
+class InvalidProducerIdMappingError(BrokerResponseError):
+    """The producer id is not (or no longer) the one of this ``transactional_id``:
+    the coordinator expired the id, or another producer took it. Fatal for a
+    transactional producer (KAFKA-18019): only ``close()`` is left; a new producer's
+    ``init_transactions()`` starts over."""
+
+    code = ErrorCode.invalid_producer_id_mapping
+
+
 class InvalidRecordError(BrokerResponseError):
     """The broker rejected a record as invalid (for example a null key on a compacted topic)."""
 
@@ -302,6 +321,7 @@ _BY_CODE: dict[int, type[BrokerResponseError]] = {
         OutOfOrderSequenceError,
         InvalidProducerEpochError,
         UnknownProducerIdError,
+        InvalidProducerIdMappingError,
         InvalidRecordError,
         ProducerFencedError,
         TransactionalIdAuthorizationError,

@@ -42,7 +42,6 @@ from .serializers import (
     prepare_record,
     serialize_for_topic,
 )
-from .transaction_state import TxnState
 
 if TYPE_CHECKING:
     from .otel import Tracing
@@ -235,9 +234,15 @@ class Producer:
     async def close(self, timeout: float | None = None) -> None:
         """Send what is buffered, then release everything.
 
-        Waits up to ``timeout`` seconds (None: until every record is acknowledged or
-        has expired after ``delivery_timeout_ms``). Records still undelivered then fail
-        with :class:`ProducerClosedError`. Safe to call more than once.
+        Waits up to ``timeout`` seconds in all (None: until every record is
+        acknowledged or has expired after ``delivery_timeout_ms``). A transactional
+        producer first settles its transaction, as Java's close does: a commit or
+        abort running in another task is waited for, one that was cancelled or timed
+        out after it began to end the transaction is finished, and an open
+        transaction is aborted. When the time runs out, no EndTxn goes out any more
+        (a commit in progress raises, and commits nothing), and records still
+        undelivered fail with :class:`ProducerClosedError`. Safe to call more than
+        once.
         """
         if self._state in (_CLOSED, _CLOSING):
             if self._state == _CLOSING:
@@ -248,17 +253,20 @@ class Producer:
             self._state = _CLOSED
             return
         self._check_loop()
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + max(0.0, timeout)
+
+        def remaining() -> float | None:
+            return None if deadline is None else max(0.0, deadline - loop.time())
+
         txn = self._txn
-        if txn is not None and txn.state in (TxnState.IN_TRANSACTION,
-                                             TxnState.ABORTABLE_ERROR):
-            # Like the Java producer: an open transaction is aborted on close, so its
-            # partitions are not held up until transaction_timeout_ms.
+        if txn is not None:
             try:
-                await asyncio.wait_for(self.abort_transaction(), timeout)
+                await asyncio.wait_for(txn.settle(self.abort_transaction), remaining())
             except (KafkaError, asyncio.TimeoutError) as exc:
-                log.warning("close(): could not abort the open transaction: %s", exc)
+                log.warning("close(): the transaction could not be ended: %s",
+                            exc or "timed out")
         self._state = _CLOSING
-        closing_since = time.monotonic()
         self._appender.hot = False
         self._appender.bind(None)
         acc = self._accumulator
@@ -269,7 +277,7 @@ class Producer:
             if sender is not None and sender.task is not None:
                 sender.wakeup()
                 try:
-                    await asyncio.wait_for(asyncio.shield(sender.task), timeout)
+                    await asyncio.wait_for(asyncio.shield(sender.task), remaining())
                 except asyncio.TimeoutError:
                     pass
                 except asyncio.CancelledError:
@@ -280,13 +288,17 @@ class Producer:
             if self._telemetry is not None:
                 # KIP-714: the last push (terminating), after the Sender's last sends.
                 bound = self.config.request_timeout_ms / 1000.0
-                if timeout is not None:
-                    bound = min(bound, timeout - (time.monotonic() - closing_since))
-                await self._telemetry.close(bound)
+                left = remaining()
+                await self._telemetry.close(bound if left is None else min(bound, left))
         finally:
-            # Also when close() itself is cancelled: nothing is left pending.
-            failed = acc.abort_all(ProducerClosedError(
-                "the producer was closed before this record was acknowledged"))
+            # Also when close() itself is cancelled: nothing is left pending. No EndTxn
+            # may go out after this point (Java's forced close fails the transaction's
+            # pending requests before it fails the batches).
+            closed = ProducerClosedError(
+                "the producer was closed before this record was acknowledged")
+            if txn is not None:
+                txn.close(closed)
+            failed = acc.abort_all(closed)
             if failed:
                 log.warning("close(): %d record(s) were not delivered and failed", failed)
             if sender is not None:

@@ -213,8 +213,13 @@ class Sender:
         self.fatal_error = err
         self._stopped = True
         failed = self.acc.abort_all(err)
+        self._unknown_outcome.clear()
         if failed:
             self.metrics.records_failed("", failed, time.monotonic())
+        if self.txn is not None:
+            # Batches of the open transaction failed here: it must not be committed.
+            self.txn.sender_failed(err)
+        self.metadata.fail_waiters(err)  # sends waiting for a topic fail now
         if self.on_fatal is not None:
             self.on_fatal(err)
         self.wakeup()

@@ -20,6 +20,12 @@ says so), and the epoch bump after a failed transaction happens inside ``COMMITT
 not have undo an operation that did not happen: ``COMMITTING -> IN_TRANSACTION`` (the
 flush before EndTxn failed or was cancelled) and ``ABORTING -> IN_TRANSACTION /
 ABORTABLE_ERROR`` (the mock's scripted abort error that is not a coordinator answer).
+
+A commit or abort that passed its point of no return (:attr:`TxnStateMachine.ending`:
+an abort from its start, a commit once its flush is done) and was then cancelled or
+timed out stays in ``COMMITTING`` / ``ABORTING``: only the same call may follow, and it
+finishes what the first one began (as Java's cached ``TransactionalRequestResult``);
+``close()`` finishes it too.
 """
 
 from __future__ import annotations
@@ -34,7 +40,9 @@ from .errors import (
     BrokerResponseError,
     ClusterAuthorizationError,
     IllegalStateError,
+    InvalidProducerIdMappingError,
     KafkaError,
+    ProducerClosedError,
     ProducerFencedError,
     TransactionAbortableError,
     TransactionAbortedError,
@@ -97,6 +105,7 @@ FENCED_CODES: frozenset[int] = frozenset({
 PRODUCE_FENCED_CODES: frozenset[int] = FENCED_CODES - {int(ErrorCode.invalid_producer_epoch)}
 #: Error codes of a coordinator answer after which this producer can do nothing more.
 FATAL_CODES: frozenset[int] = FENCED_CODES | {
+    int(ErrorCode.invalid_producer_id_mapping),
     int(ErrorCode.transactional_id_authorization_failed),
     int(ErrorCode.invalid_txn_state),
     int(ErrorCode.invalid_transaction_timeout),
@@ -111,11 +120,13 @@ def is_fatal_code(code: int) -> bool:
 
 def is_fatal_failure(exc: BaseException) -> bool:
     """Whether a failed batch or request makes the producer unusable (fenced, the
-    transactional id or the cluster operation not authorized, an unsupported version:
-    Java's list). Every other failure in a transaction is abortable: the transaction
-    must be aborted, then the producer goes on."""
+    transactional id or the cluster operation not authorized, an unsupported version,
+    a producer id no longer mapped to the transactional id (KAFKA-18019): Java's
+    list). Every other failure in a transaction is abortable: the transaction must be
+    aborted, then the producer goes on."""
     return isinstance(exc, (ProducerFencedError, TransactionalIdAuthorizationError,
-                            ClusterAuthorizationError, UnsupportedVersionError))
+                            ClusterAuthorizationError, UnsupportedVersionError,
+                            InvalidProducerIdMappingError))
 
 
 def _kafka_error(exc: BaseException) -> KafkaError:
@@ -132,8 +143,8 @@ class TxnStateMachine:
     invalid one is a bug of the driver and raises :class:`IllegalStateError`).
     """
 
-    __slots__ = ("_before", "_error", "_state", "busy", "number", "retrying_end",
-                 "transactional_id", "version")
+    __slots__ = ("_before", "_doomed", "_error", "_state", "busy", "number", "resumed",
+                 "retrying_end", "transactional_id", "version")
 
     def __init__(self, transactional_id: str) -> None:
         self.transactional_id = transactional_id
@@ -143,7 +154,12 @@ class TxnStateMachine:
         self.busy: str | None = None
         """The call still running (``"commit_transaction()"``...), or None."""
         self.retrying_end: bool | None = None
-        """An EndTxn that timed out and may be repeated: True commit, False abort."""
+        """A commit (True) or abort (False) past its point of no return: if the call
+        is cancelled or times out, only the same call may follow, and it resumes."""
+        self.resumed = False
+        """The open transaction was taken over with resume_transaction(): it can be
+        committed or aborted, and takes no records."""
+        self._doomed: KafkaError | None = None
         self.number = 0
         """The number of the last transaction begun (1 for the first; 0 before it).
         A ``send()`` joins the transaction whose number this is when it is called."""
@@ -171,10 +187,21 @@ class TxnStateMachine:
 
     # -- checks -----------------------------------------------------------------------
 
+    @property
+    def ending(self) -> bool | None:
+        """The commit (True) or abort (False) past its point of no return, else None."""
+        return self.retrying_end
+
     def check_send(self) -> None:
         """Raise unless records may be appended now (called by send())."""
         if self._state is not TxnState.IN_TRANSACTION:
             raise self.state_error("send()")
+        if self.resumed:
+            raise IllegalStateError(
+                "send(): the transaction was taken over with resume_transaction(); it "
+                "can be committed or aborted, not written to (its records were written "
+                "by the producer that prepared it, whose sequence numbers this producer "
+                "does not know); begin a new transaction to send")
 
     def joined(self) -> int:
         """check_send(), and the number of the transaction a send() called now joins."""
@@ -232,6 +259,11 @@ class TxnStateMachine:
                 f"{what}: no transaction in progress; call begin_transaction() first")
         if st is TxnState.IN_TRANSACTION:
             return IllegalStateError(f"{what}: a transaction is already in progress")
+        if self.busy is None and self.retrying_end is not None:
+            call = "commit_transaction()" if self.retrying_end else "abort_transaction()"
+            return IllegalStateError(
+                f"{what}: an earlier {call} was cancelled or timed out after it started "
+                f"to end the transaction; call {call} again to finish it")
         return IllegalStateError(f"{what}: the producer is {st.value} the transaction")
 
     def fatal_error(self) -> KafkaError:
@@ -241,6 +273,8 @@ class TxnStateMachine:
             copy: KafkaError = type(err)(f"transactional_id {self.transactional_id!r}: "
                                          "the producer is no longer usable",
                                          code=err.code)
+        elif isinstance(err, ProducerClosedError):
+            copy = ProducerClosedError(f"transactional_id {self.transactional_id!r}: {err}")
         else:
             copy = IllegalStateError(f"the transactional producer failed: {err}")
         copy.__cause__ = err
@@ -273,14 +307,29 @@ class TxnStateMachine:
         """begin_transaction()."""
         self.enter("begin_transaction()", TxnState.READY)
         self._error = None
+        self.resumed = False
         self.number += 1
         self._go(TxnState.IN_TRANSACTION)
 
+    def resume(self) -> None:
+        """resume_transaction() took over an open transaction: it is the current one,
+        and it takes no records."""
+        self.begin()
+        self.resumed = True
+
     def resumes_end(self, commit: bool) -> bool:
-        """Whether commit_transaction() (``commit``) or abort_transaction() repeats an
-        EndTxn that timed out, instead of starting anew."""
+        """Whether commit_transaction() (``commit``) or abort_transaction() finishes a
+        call of its own kind that was cancelled or timed out past its point of no
+        return, instead of starting anew."""
         return (self._state is (TxnState.COMMITTING if commit else TxnState.ABORTING)
                 and self.retrying_end is commit and self.busy is None)
+
+    def pending_end(self) -> bool | None:
+        """A commit (True) or abort (False) that was cancelled or timed out past its
+        point of no return and is not running now: close() finishes it."""
+        if self.busy is None and self._state in (TxnState.COMMITTING, TxnState.ABORTING):
+            return self.retrying_end
+        return None
 
     def start_commit(self) -> None:
         """commit_transaction() starts (it flushes next)."""
@@ -289,19 +338,24 @@ class TxnStateMachine:
         self._go(TxnState.COMMITTING)
 
     def start_abort(self) -> None:
-        """abort_transaction() starts."""
+        """abort_transaction() starts: its point of no return is now (the queued
+        records fail next), so a cancelled or timed-out abort can only be finished."""
         self.enter("abort_transaction()", TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR)
         self._before = self._state
         self._go(TxnState.ABORTING)
+        self.retrying_end = False
 
     def revert_end(self) -> None:
-        """The commit or abort did not happen (its flush failed, or it was cancelled):
-        back to the state it started from, unless something else moved the state."""
+        """The commit or abort did not happen (its flush failed, or it was cancelled
+        before its point of no return): back to the state it started from, unless
+        something else moved the state."""
         if self._state is TxnState.COMMITTING or self._state is TxnState.ABORTING:
+            self.retrying_end = None
             self._go(self._before)
 
     def end_started(self, commit: bool) -> None:
-        """EndTxn is being sent; if it times out, the same call may be repeated."""
+        """The commit (or abort) passed its point of no return (EndTxn comes next): if
+        it is cancelled or times out, only the same call may follow, and finishes it."""
         self.retrying_end = commit
 
     def end_failed(self, commit: bool, exc: KafkaError) -> bool:
@@ -321,24 +375,45 @@ class TxnStateMachine:
         return True
 
     def ended(self) -> None:
-        """EndTxn succeeded: ready for the next transaction."""
+        """EndTxn succeeded: ready for the next transaction (or, if the producer failed
+        meanwhile, :meth:`doom`, unusable from now on)."""
         self.retrying_end = None
+        self.resumed = False
         self._error = None
+        if self._doomed is not None:
+            self.to_fatal(self._doomed)
+            return
         self._go(TxnState.READY)
 
     def fail(self, exc: BaseException) -> TxnState | None:
         """A batch or a request of the transaction failed. Returns the state it moved
-        to (ABORTABLE_ERROR or FATAL_ERROR), None if nothing changed."""
+        to (ABORTABLE_ERROR or FATAL_ERROR), None if nothing changed. A commit past
+        its point of no return had every batch complete before it: nothing of its
+        transaction can fail any more, so only a fatal failure changes it."""
         if self._state is TxnState.FATAL_ERROR:
             return None
         if is_fatal_failure(exc):
             self.to_fatal(exc)
             return TxnState.FATAL_ERROR
-        if self._state is TxnState.IN_TRANSACTION or self._state is TxnState.COMMITTING:
+        if self._state is TxnState.IN_TRANSACTION or (
+                self._state is TxnState.COMMITTING and self.retrying_end is None):
             self._error = _kafka_error(exc)
             self._go(TxnState.ABORTABLE_ERROR)
             return TxnState.ABORTABLE_ERROR
         return None
+
+    def doom(self, exc: KafkaError) -> TxnState | None:
+        """The producer can no longer send (its Sender failed): an open transaction
+        must be aborted (which still works: it only needs the coordinator), and the
+        producer is unusable afterwards; with no transaction open, at once. Returns
+        the state it moved to, None if nothing changed."""
+        if self._state is TxnState.FATAL_ERROR:
+            return None
+        self._doomed = exc
+        if self._state in (TxnState.UNINITIALIZED, TxnState.READY) and self.busy is None:
+            self.to_fatal(exc)
+            return TxnState.FATAL_ERROR
+        return self.fail(exc)
 
     def to_fatal(self, exc: BaseException) -> None:
         """The producer can no longer be used (only close() is left)."""

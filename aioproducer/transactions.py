@@ -31,8 +31,8 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -47,9 +47,11 @@ from .errors import (
     KafkaConnectionError,
     KafkaError,
     KafkaTimeoutError,
+    ProducerClosedError,
     ProducerFencedError,
     ProtocolError,
     RequestTimedOutError,
+    TransactionOutcomeUnknownError,
     for_code,
 )
 from .net.client import KafkaClient
@@ -238,6 +240,18 @@ class TransactionManager:
         self.added: set[TopicPartition] = set()
         self.pending: set[TopicPartition] = set()
         self._started = False  # something was added: the coordinator knows the transaction
+        # A request that would start the transaction on the coordinator went out, its
+        # answer unknown (an abort must then end what the coordinator may hold).
+        self._maybe_started = False
+        self._end_done = False  # the current EndTxn succeeded (a resumed call skips it)
+        self._end_written = False  # the current EndTxn(commit) reached a connection
+        # send_offsets_to_transaction() calls not yet answered (a timed-out one stays).
+        self._pending_offsets: list[tuple[GroupMetadata,
+                                          dict[str, list[tuple[int, int, str | None]]]]] = []
+        self._offsets_added: set[str] = set()  # version 1: groups AddOffsetsToTxn added
+        self._idle: asyncio.Future[None] | None = None  # close() waiting for a call
+        self._closing: KafkaError | None = None  # close() was forced: no EndTxn any more
+        self._bump_first = False  # an epoch bump before the next batch goes out
         self._add_task: asyncio.Task[None] | None = None
         self._add_next = 0.0
         self._add_failures = 0
@@ -289,10 +303,10 @@ class TransactionManager:
         """The highest Produce version the Sender may use: v12+ means version 2."""
         return 13 if self.version >= 2 else 11
 
-    def _choose_version(self) -> None:
-        """Version 2 if the cluster finalized ``transaction.version`` >= 2 (the
-        connection with the newest feature epoch says) and the brokers speak Produce
-        v12 and EndTxn v5; else version 1."""
+    def _cluster_version(self) -> int:
+        """2 if the cluster finalized ``transaction.version`` >= 2 (the connection
+        with the newest feature epoch says) and the brokers speak Produce v12 and
+        EndTxn v5; else 1."""
         best_epoch, level = -2, 0
         v2_apis = True
         for conn in self._client.connections():
@@ -305,12 +319,31 @@ class TransactionManager:
                 rng = conn.api_versions.get(key)
                 if rng is None or rng[1] < need:
                     v2_apis = False
-        version = 2 if level >= 2 and v2_apis else 1
-        if version != self.version or self.machine.version is None:
-            log.info("transactional producer %r: transaction version %d",
-                     self.transactional_id, version)
+        return 2 if level >= 2 and v2_apis and best_epoch > -2 else 1
+
+    def _choose_version(self) -> None:
+        """At init_transactions() (or resume_transaction()): the version this producer
+        starts with, from the finalized feature (as Java's initTransactions())."""
+        version = self._cluster_version()
+        log.info("transactional producer %r: transaction version %d",
+                 self.transactional_id, version)
         self.version = version
         self.machine.version = version
+
+    async def _maybe_upgrade(self) -> None:
+        """At the end of a version-1 transaction, if the cluster now finalizes version
+        2: bump the epoch, then use version 2 from the next transaction on. The bump
+        keeps the first version-2 transaction (whose Produce requests add their
+        partitions on the broker's side) from joining the last version-1 one, which
+        shares its epoch (KAFKA-18227). A producer never goes back to version 1."""
+        if self.version >= 2 or self._cluster_version() < 2:
+            return
+        await self._init_producer_id(bump=True)
+        self.version = 2
+        self.machine.version = 2
+        log.info("transactional producer %r: the cluster finalized transaction version 2; "
+                 "producer id %d now at epoch %d", self.transactional_id,
+                 self._pid.producer_id, self._pid.epoch)
 
     @property
     def blocks_queued(self) -> KafkaError | None:
@@ -348,7 +381,10 @@ class TransactionManager:
 
     def may_send(self, tp: TopicPartition) -> bool:
         """Whether batches of ``tp`` may go out (the partition is in the transaction).
-        Version 2: always (Produce adds the partition); the transaction has started."""
+        Version 2: always (Produce adds the partition); the transaction has started.
+        Nothing goes out while an epoch bump is due first (:attr:`_bump_first`)."""
+        if self._bump_first:
+            return False
         if tp in self.added:
             return True
         if self.version >= 2:
@@ -359,8 +395,10 @@ class TransactionManager:
         return False
 
     def add_due(self, now: float) -> float:
-        """Seconds until AddPartitionsToTxn should be sent (<= 0: now; inf: nothing to do)."""
-        if not self.pending or self._add_task is not None:
+        """Seconds until the Sender should start the coordinator request the
+        transaction's batches wait for (the epoch bump due before the first batch, or
+        AddPartitionsToTxn): <= 0 now, inf nothing to do."""
+        if self._add_task is not None or (not self.pending and not self._bump_first):
             return float("inf")
         if self.machine.state not in (TxnState.IN_TRANSACTION, TxnState.COMMITTING):
             return float("inf")
@@ -368,7 +406,38 @@ class TransactionManager:
 
     def start_add(self) -> None:
         loop = asyncio.get_running_loop()
-        self._add_task = loop.create_task(self._add_partitions())
+        self._add_task = loop.create_task(
+            self._bump_before_sending() if self._bump_first else self._add_partitions())
+
+    def _add_retry_later(self, exc: KafkaError, what: str) -> None:
+        self._add_failures += 1
+        delay = min(self._backoff * 2 ** (self._add_failures - 1), self._backoff_max)
+        if isinstance(exc, BrokerResponseError) and not self.added and \
+                int(exc.code) == int(ErrorCode.concurrent_transactions):
+            # The previous transaction is still completing: try again soon
+            # (Java's 20 ms, for the transaction's first partitions).
+            delay = min(delay, _SHORT_BACKOFF)
+        self._add_next = asyncio.get_running_loop().time() + delay
+        log.debug("%s failed (%s); retrying in %.0f ms", what, exc, delay * 1000)
+
+    async def _bump_before_sending(self) -> None:
+        """The epoch bump a transaction's first batch waits for (after a resumed
+        transaction: this producer does not know the sequences its records used)."""
+        try:
+            await self._init_producer_id(bump=True)
+        except asyncio.CancelledError:
+            raise
+        except KafkaError as exc:
+            if exc.retriable or isinstance(exc, KafkaTimeoutError):
+                self._add_retry_later(exc, "InitProducerId (epoch bump)")
+            else:
+                self.fail(exc)
+        else:
+            self._add_failures = 0
+            self._bump_first = False
+        finally:
+            self._add_task = None
+            self._wakeup()
 
     async def _add_partitions(self) -> None:
         tps = sorted(self.pending)
@@ -378,16 +447,7 @@ class TransactionManager:
             raise
         except KafkaError as exc:
             if exc.retriable:
-                self._add_failures += 1
-                delay = min(self._backoff * 2 ** (self._add_failures - 1), self._backoff_max)
-                if isinstance(exc, BrokerResponseError) and not self.added and \
-                        int(exc.code) == int(ErrorCode.concurrent_transactions):
-                    # The previous transaction is still completing: try again soon
-                    # (Java's 20 ms, for the transaction's first partitions).
-                    delay = min(delay, _SHORT_BACKOFF)
-                self._add_next = asyncio.get_running_loop().time() + delay
-                log.debug("AddPartitionsToTxn failed (%s); retrying in %.0f ms", exc,
-                          delay * 1000)
+                self._add_retry_later(exc, "AddPartitionsToTxn")
             else:
                 self.fail(exc)
         else:
@@ -425,11 +485,31 @@ class TransactionManager:
             return worst
 
         # The Sender retries on its own schedule: one attempt per call here, bounded.
+        self._maybe_started = True
         await self._coordinator_call(_TRANSACTION, self.transactional_id,
                                      "AddPartitionsToTxn", call, self._request_timeout_s,
                                      retry=False)
 
     # -- the public operations -------------------------------------------------------
+
+    @contextmanager
+    def _running(self, what: str) -> Iterator[None]:
+        """The machine's ``busy`` for the duration of the block; when it ends, a
+        close() waiting for the call (:meth:`wait_idle`) goes on."""
+        with self.machine.running(what):
+            try:
+                yield
+            finally:
+                idle, self._idle = self._idle, None
+                if idle is not None and not idle.done():
+                    idle.set_result(None)
+
+    async def wait_idle(self) -> None:
+        """Until no transactional call runs (in another task)."""
+        while self.machine.busy is not None:
+            if self._idle is None:
+                self._idle = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._idle)
 
     async def init(self) -> None:
         """init_transactions(): get a producer id and epoch for the transactional id.
@@ -439,7 +519,7 @@ class TransactionManager:
         """
         m = self.machine
         m.enter("init_transactions()", TxnState.UNINITIALIZED)
-        with m.running("init_transactions()"):
+        with self._running("init_transactions()"):
             await self._init_producer_id(bump=False)
         self._choose_version()
         m.initialized()
@@ -447,25 +527,40 @@ class TransactionManager:
                  self._pid.producer_id, self._pid.epoch)
 
     def begin(self) -> None:
+        """begin_transaction(). The transaction version stays the one chosen at init
+        (an upgrade of the cluster is taken at the end of a transaction, with an epoch
+        bump: :meth:`_maybe_upgrade`)."""
         self.machine.begin()
-        self._choose_version()  # the feature may have been upgraded (as Java does)
+        self._reset_transaction()
+
+    def _reset_transaction(self) -> None:
         self.added.clear()
         self.pending.clear()
         self._started = False
+        self._maybe_started = False
+        self._end_done = False
+        self._end_written = False
+        self._pending_offsets.clear()
+        self._offsets_added.clear()
 
     async def commit(self, flush: Callable[[], Awaitable[None]],
                      hurry: Callable[[bool], None] | None = None) -> None:
         """commit_transaction(): sends that joined the transaction finish appending
         (``hurry(True)`` makes every batch sendable meanwhile, so that sends waiting
-        for memory get it; ``hurry(False)`` ends that), then ``flush()``, then EndTxn.
-        send() calls made once the commit started raise."""
+        for memory get it; ``hurry(False)`` ends that), then ``flush()``, then the
+        offsets of a send_offsets_to_transaction() that timed out, then EndTxn.
+        send() calls made once the commit started raise.
+
+        Until EndTxn, a cancelled or failed commit leaves the transaction open (a
+        batch that failed leaves it to abort). From then on (the point of no return),
+        only commit_transaction() may follow, and it finishes the commit."""
         m = self.machine
         if m.resumes_end(True):
-            await self._finish(True)  # a timed-out commit, called again
+            await self._finish(True)  # a commit cancelled or timed out, called again
             return
         m.start_commit()
         try:
-            with m.running("commit_transaction()"):
+            with self._running("commit_transaction()"):
                 if self._appending:
                     if hurry is not None:
                         hurry(True)
@@ -477,10 +572,12 @@ class TransactionManager:
                 await flush()
                 if self._add_task is not None:
                     await asyncio.shield(self._add_task)
+                if m.state is TxnState.COMMITTING:
+                    await self._send_pending_offsets()
         except BaseException:
             m.revert_end()
             raise
-        if m.state is not TxnState.COMMITTING:  # a batch failed while flushing
+        if m.state is not TxnState.COMMITTING:  # a batch or request failed meanwhile
             raise m.state_error("commit_transaction()")
         if self.pending:  # cannot happen: flush() only returns once every batch is out
             self.fail(IllegalStateError(
@@ -490,15 +587,16 @@ class TransactionManager:
 
     async def abort(self, abort_queued: Callable[[KafkaError], None],
                     wait_in_flight: Callable[[], Awaitable[None]]) -> None:
+        """abort_transaction(): queued records fail, records in flight are answered,
+        then EndTxn(abort). Past its start there is no way back: a cancelled or
+        timed-out abort can only be finished, by abort_transaction() or close()."""
         m = self.machine
-        if m.resumes_end(False):
-            await self._finish(False)
-            return
-        m.start_abort()
-        with m.running("abort_transaction()"):
+        if not m.resumes_end(False):
+            m.start_abort()
+        with self._running("abort_transaction()"):
             err = m.queued_error()
-            assert err is not None
-            abort_queued(err)
+            if err is not None:
+                abort_queued(err)
             await wait_in_flight()
             if self._add_task is not None:
                 await asyncio.shield(self._add_task)
@@ -513,11 +611,13 @@ class TransactionManager:
         producer can then only be closed (close() does not abort the transaction)."""
         m = self.machine
         m.enter("prepare_transaction()", TxnState.IN_TRANSACTION)
-        with m.running("prepare_transaction()"):
+        with self._running("prepare_transaction()"):
             await self._wait_appending()
             await flush()
             if self._add_task is not None:
                 await asyncio.shield(self._add_task)
+            if m.state is TxnState.IN_TRANSACTION:
+                await self._send_pending_offsets()
         if m.state is not TxnState.IN_TRANSACTION:  # a batch of it failed
             raise m.state_error("prepare_transaction()")
         handle = (self._pid.producer_id, self._pid.epoch) if self._started else None
@@ -531,29 +631,50 @@ class TransactionManager:
         transactional id handed over (:meth:`hand_over`), without InitProducerId
         (which would abort it); commit() or abort() then ends it. EndTxn carries the
         given epoch, the one the transaction's records were written with (version 2
-        bumps the epoch only at EndTxn)."""
+        bumps the epoch only at EndTxn). The transaction takes no records (their
+        sequence numbers would start over at 0 under the same epoch, and the broker
+        would drop them as duplicates of the first producer's): send() raises."""
         m = self.machine
         m.enter("resume_transaction()", TxnState.UNINITIALIZED)
-        with m.running("resume_transaction()"):
+        with self._running("resume_transaction()"):
             await self._coordinator_call(_TRANSACTION, self.transactional_id,
                                          "FindCoordinator", _no_call, self._max_block_s)
         self._pid.assign(producer_id, epoch)
         self._choose_version()
         m.initialized()
-        self.begin()
+        m.resume()
+        self._reset_transaction()
         self._started = True
+        # This producer does not know the sequences the transaction's records used:
+        # the next transaction's first batch waits for an epoch bump (version 2: the
+        # EndTxn answer carries the bumped epoch, which cancels this). Not done right
+        # after EndTxn: a commit of the same handle must stay repeatable.
+        self._bump_first = True
 
     async def _finish(self, commit: bool) -> None:
+        """EndTxn, then the epoch bump a failed batch asked for, then (at most once in
+        the producer's life) the move to transaction version 2. Cancelled or timed out,
+        the state stays, and the same call finishes it: steps already done are not
+        done again."""
         m = self.machine
         m.end_started(commit)
         try:
-            with m.running("commit_transaction()" if commit else "abort_transaction()"):
-                if self._started:
-                    await self._end_txn(commit)
+            with self._running("commit_transaction()" if commit else "abort_transaction()"):
+                if not self._end_done:
+                    if self._started or (self._maybe_started and self.version >= 2):
+                        # (Version 2 takes an abort of a transaction it never saw.)
+                        await self._end_txn(commit)
+                    elif self._maybe_started:
+                        # Version 1: a request that would have started the transaction
+                        # went out and its answer did not come: the coordinator may
+                        # hold an open transaction, which an epoch bump aborts.
+                        self._pid.bump_needed = True
+                    self._end_done = True
                 if self._pid.bump_needed:
                     # A batch of this transaction failed with a sequence number: start
                     # the sequences over under a new epoch before the next transaction.
                     await self._init_producer_id(bump=True)
+                await self._maybe_upgrade()
         except KafkaTimeoutError:
             raise  # state unchanged: the same call may be repeated
         except KafkaError as exc:
@@ -561,30 +682,113 @@ class TransactionManager:
                 self._log_fatal(exc)
             raise
         m.ended()
-        self.added.clear()
-        self.pending.clear()
-        self._started = False
+        self._reset_transaction()
         log.debug("transaction of %r %s", self.transactional_id,
                   "committed" if commit else "aborted")
 
     async def send_offsets(self, offsets: Mapping[Any, Any] | Iterable[Any],
                            group_metadata: str | GroupMetadata | Any) -> None:
+        """send_offsets_to_transaction(). Empty offsets are a no-op (as Java's: an empty
+        poll must not start a transaction the coordinator never sees). Offsets whose
+        call timed out or was cancelled stay queued: the next send_offsets, commit or
+        prepare sends them before anything else, so a commit never goes out without
+        them."""
         m = self.machine
         m.enter("send_offsets_to_transaction()", TxnState.IN_TRANSACTION)
         group = group_metadata_of(group_metadata)
         by_topic = offsets_of(offsets)
-        try:
-            with m.running("send_offsets_to_transaction()"):
-                if self.version < 2:  # version 2: TxnOffsetCommit v5 adds the group
+        if not by_topic:
+            return
+        self._pending_offsets.append((group, by_topic))
+        with self._running("send_offsets_to_transaction()"):
+            await self._send_pending_offsets()
+
+    async def _send_pending_offsets(self) -> None:
+        """Send the queued offsets, oldest first (a failure other than a timeout makes
+        the transaction abortable and raises; a timeout leaves them queued)."""
+        m = self.machine
+        while self._pending_offsets:
+            group, by_topic = self._pending_offsets[0]
+            try:
+                if self.version < 2 and group.group_id not in self._offsets_added:
+                    # Version 2: TxnOffsetCommit v5 adds the group itself.
+                    self._maybe_started = True
                     await self._add_offsets(group.group_id)
-                self._started = True
-                if by_topic:
-                    await self._txn_offset_commit(group, by_topic)
-        except KafkaTimeoutError:
-            raise
-        except KafkaError as exc:
-            self.fail(exc)
-            raise m.state_error("send_offsets_to_transaction()") from exc
+                    self._offsets_added.add(group.group_id)
+                    self._started = True
+                if self.version >= 2:
+                    self._maybe_started = True
+                await self._txn_offset_commit(group, by_topic)
+            except KafkaTimeoutError:
+                raise
+            except KafkaError as exc:
+                self.fail(exc)
+                raise m.state_error("send_offsets_to_transaction()") from exc
+            self._started = True
+            self._pending_offsets.pop(0)
+
+    # -- close ---------------------------------------------------------------------
+
+    async def settle(self, abort: Callable[[], Awaitable[None]]) -> None:
+        """close(): what Java's graceful close does with the transaction. A call
+        running in another task (a commit, an abort) is waited for; a commit or abort
+        that was cancelled or timed out past its point of no return is finished; an
+        open transaction is aborted (``abort()``: abort_transaction()). The caller
+        bounds this with close()'s timeout."""
+        m = self.machine
+        for _ in range(4):  # each pass ends a call or moves the state on
+            if m.busy is not None:
+                await self.wait_idle()
+                continue
+            pending = m.pending_end()
+            if pending is True:
+                await self._finish(True)
+            elif pending is False or m.open:
+                await abort()
+            else:
+                return
+
+    def close(self, error: KafkaError) -> None:
+        """close() is forced (its timeout ran out, or it was cancelled): no EndTxn
+        goes out from now on, the AddPartitionsToTxn in flight is cancelled, and a
+        transaction that was not ended fails (the producer is unusable, as after
+        Java's forced close). Called before the buffered batches are failed."""
+        self._closing = error
+        if self._add_task is not None:
+            self._add_task.cancel()
+        m = self.machine
+        if m.state is not TxnState.READY and m.state is not TxnState.UNINITIALIZED \
+                and m.state is not TxnState.FATAL_ERROR:
+            m.to_fatal(error)
+        elif m.busy is not None and m.state is not TxnState.FATAL_ERROR:
+            m.to_fatal(error)  # init_transactions() or resume_transaction() running
+
+    def _closed_error(self, what: str) -> KafkaError:
+        """The error of a coordinator call refused because close() was forced."""
+        closing = self._closing
+        assert closing is not None
+        if what.startswith("EndTxn (commit)") and self._end_written:
+            err: KafkaError = TransactionOutcomeUnknownError(
+                f"commit_transaction(): the producer was closed after the commit's "
+                f"EndTxn was sent and before its answer came; transaction "
+                f"{self.machine.number} of {self.transactional_id!r} may or may not be "
+                "committed")
+        else:
+            err = ProducerClosedError(
+                f"{what}: not sent, the producer was closed ({closing}); nothing of the "
+                f"transaction of {self.transactional_id!r} is committed")
+        err.__cause__ = closing
+        return err
+
+    def sender_failed(self, error: KafkaError) -> None:
+        """The Sender failed for good (it failed every batch): an open transaction
+        must be aborted, and the producer is unusable afterwards."""
+        entered = self.machine.doom(error)
+        if entered is TxnState.FATAL_ERROR:
+            self._log_fatal(error)
+        elif entered is TxnState.ABORTABLE_ERROR:
+            log.warning("transaction of %r must be aborted: %s", self.transactional_id,
+                        error)
 
     # -- requests ----------------------------------------------------------------------
 
@@ -605,6 +809,7 @@ class TransactionManager:
             code = int(resp.error_code)
             if code == 0:
                 self._pid.assign(int(resp.producer_id), int(resp.producer_epoch))
+                self._bump_first = False
             return code
 
         await self._coordinator_call(_TRANSACTION, self.transactional_id, "InitProducerId",
@@ -613,24 +818,30 @@ class TransactionManager:
     async def _end_txn(self, commit: bool) -> None:
         v2 = self.version >= 2
 
+        what = "EndTxn (commit)" if commit else "EndTxn (abort)"
+
         async def call(conn: BrokerConnection) -> int:
+            if self._closing is not None:  # checked right before the request is written
+                raise self._closed_error(what)
             version = conn.version_for(_END_TXN, 5, 5) if v2 else conn.version_for(
                 _END_TXN, 0, 4)
             req_m, resp_m = _kio("end_txn", version)
-            resp = await conn.request(req_m.EndTxnRequest(
+            request = req_m.EndTxnRequest(
                 transactional_id=self.transactional_id,
                 producer_id=i64(self._pid.producer_id), producer_epoch=i16(self._pid.epoch),
-                committed=commit), resp_m.EndTxnResponse)
+                committed=commit)
+            self._end_written = True
+            resp = await conn.request(request, resp_m.EndTxnResponse)
             code = int(resp.error_code)
-            if code == 0 and version >= 5:
+            if code == 0 and version >= 5 and int(resp.producer_id) >= 0:
                 # KIP-890: the coordinator bumped the epoch (or, when the epoch ran
                 # out, gave a new producer id): the next transaction uses them.
                 self._pid.assign(int(resp.producer_id), int(resp.producer_epoch))
+                self._bump_first = False
             return code
 
-        await self._coordinator_call(_TRANSACTION, self.transactional_id,
-                                     "EndTxn (commit)" if commit else "EndTxn (abort)",
-                                     call, self._max_block_s)
+        await self._coordinator_call(_TRANSACTION, self.transactional_id, what, call,
+                                     self._max_block_s)
 
     async def _add_offsets(self, group_id: str) -> None:
         async def call(conn: BrokerConnection) -> int:
@@ -704,6 +915,8 @@ class TransactionManager:
         failures = 0
         last: BaseException | None = None
         while True:
+            if self._closing is not None:
+                raise self._closed_error(what)
             remaining = deadline - loop.time()
             if remaining <= 0:
                 break

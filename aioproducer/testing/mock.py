@@ -409,11 +409,17 @@ class MockProducer:
         if self._state == _RUNNING:
             self._check_loop()
             txn = self._txn
-            if txn is not None and txn.open:
+            if txn is not None:
+                # As the real producer: finish a commit or abort that was cancelled or
+                # timed out past its point of no return, abort an open transaction.
+                pending = txn.pending_end()
                 try:
-                    await self.abort_transaction()
+                    if pending is True:
+                        await self.commit_transaction()
+                    elif pending is False or txn.open:
+                        await self.abort_transaction()
                 except KafkaError as exc:
-                    log.warning("close(): could not abort the open transaction: %s", exc)
+                    log.warning("close(): the transaction could not be ended: %s", exc)
             self._settle_pending()
         self._state = _CLOSED
 
@@ -615,8 +621,8 @@ class MockProducer:
                 txn.end_started(commit)  # the same call may be repeated
             elif isinstance(error, KafkaError):
                 txn.end_failed(commit, error)
-            elif txn.retrying_end is None:  # not from the coordinator: nothing changes
-                txn.revert_end()
+            elif not commit or txn.retrying_end is None:
+                txn.revert_end()  # not from the coordinator: nothing changes
             raise error
         txn.ended()
         if (txn.version or 1) >= 2:
@@ -642,6 +648,8 @@ class MockProducer:
         txn.enter("send_offsets_to_transaction()", TxnState.IN_TRANSACTION)
         group = group_metadata_of(group_metadata)
         by_topic = offsets_of(offsets)
+        if not by_topic:
+            return  # as the real producer: empty offsets are a no-op
         error = self.send_offsets_error
         if error is not None:
             if isinstance(error, KafkaTimeoutError) or not isinstance(error, KafkaError):

@@ -1001,7 +1001,7 @@ def test_state_machine_transition_table() -> None:
     (S.IN_TRANSACTION, "begin", "a transaction is already in progress"),
     (S.COMMITTING, "send", r"send\(\): the producer is committing the transaction"),
     (S.COMMITTING, "abort", "the producer is committing the transaction"),
-    (S.ABORTING, "begin", "the producer is aborting the transaction"),
+    (S.ABORTING, "begin", r"an earlier abort_transaction\(\) was cancelled or timed out"),
     (S.ABORTABLE_ERROR, "commit", "must be aborted with abort_transaction"),
     (S.ABORTABLE_ERROR, "send", "must be aborted with abort_transaction"),
     (S.FATAL_ERROR, "begin", "the producer is no longer usable"),
@@ -1082,7 +1082,8 @@ def test_which_errors_are_fatal() -> None:
     fatal_names = {"producer_fenced", "invalid_producer_epoch",
                    "transaction_coordinator_fenced", "transactional_id_authorization_failed",
                    "invalid_txn_state", "invalid_transaction_timeout",
-                   "unsupported_for_message_format", "cluster_authorization_failed"}
+                   "unsupported_for_message_format", "cluster_authorization_failed",
+                   "invalid_producer_id_mapping"}
     assert {ErrorCode(c).name for c in FATAL_CODES} == fatal_names
     for code in ErrorCode:
         assert is_fatal_code(int(code)) is (code.name in fatal_names)
@@ -1276,7 +1277,7 @@ async def test_close_aborts_an_open_transaction(caplog: pytest.LogCaptureFixture
     other.abort_transaction_error = Boom("coordinator gone")
     with caplog.at_level(logging.WARNING, logger="aioproducer.testing"):
         await other.close()
-    assert other.closed and "could not abort the open transaction" in caplog.text
+    assert other.closed and "the transaction could not be ended" in caplog.text
     assert txn_state(other) is TxnState.FATAL_ERROR
 
 
@@ -1311,10 +1312,10 @@ async def test_commit_transaction_error_has_the_real_consequences() -> None:
         with pytest.raises(KafkaTimeoutError):
             await mp.commit_transaction()
         assert txn_state(mp) is TxnState.COMMITTING and mp.transaction_in_flight
-        with pytest.raises(IllegalStateError,
-                           match=r"send\(\): the producer is committing the transaction"):
+        with pytest.raises(IllegalStateError, match=r"send\(\): an earlier "
+                           r"commit_transaction\(\) was cancelled or timed out"):
             await mp.send("t", b"x")
-        with pytest.raises(IllegalStateError, match="committing"):
+        with pytest.raises(IllegalStateError, match=r"call commit_transaction\(\) again"):
             await mp.abort_transaction()
         with pytest.raises(KafkaTimeoutError):
             await mp.commit_transaction()
@@ -1374,7 +1375,7 @@ async def test_abort_transaction_error_has_the_real_consequences() -> None:
         with pytest.raises(KafkaTimeoutError):
             await mp.abort_transaction()
         assert txn_state(mp) is TxnState.ABORTING
-        with pytest.raises(IllegalStateError, match="aborting the transaction"):
+        with pytest.raises(IllegalStateError, match=r"call abort_transaction\(\) again"):
             mp.begin_transaction()
         mp.abort_transaction_error = None
         await mp.abort_transaction()
