@@ -276,7 +276,7 @@ class RecordAccumulator:
         if charge < size:
             block = self._outside_block(block, size)
         batch = self.new_batch(tp, block,
-                               self.appender.bound_loop() or asyncio.get_running_loop())
+                               self.appender.bound_loop() or asyncio.get_running_loop(), n)
         index = batch.builder.append(timestamp, key, value, headers)
         if index < 0:  # cannot happen: the block was sized for this record
             raise RecordTooLargeError("record does not fit in a block sized for it")
@@ -322,8 +322,12 @@ class RecordAccumulator:
         return block
 
     def new_batch(self, tp: TopicPartition, block: Block,
-                  loop: asyncio.AbstractEventLoop) -> ProducerBatch:
-        """Open a new batch for ``tp`` in ``block``; it becomes the partition's tail."""
+                  loop: asyncio.AbstractEventLoop,
+                  num_partitions: int | None = None) -> ProducerBatch:
+        """Open a new batch for ``tp`` in ``block``; it becomes the partition's tail.
+        ``num_partitions``: the topic's partition count from the metadata, for a route
+        that is gone (the topic expired while the send waited for memory): the native
+        path hashes keys over the route's count, which must be the topic's."""
         batch = ProducerBatch(tp, block, loop.create_future(), time.monotonic())
         if self.codec:
             cap = block.capacity
@@ -339,8 +343,8 @@ class RecordAccumulator:
         self.incomplete.add(batch)
         route = self.appender.route(tp[0])
         if route is None or tp[1] >= route.num_partitions:
-            route = self.appender.set_route(tp[0], max(tp[1] + 1,
-                                                       route.num_partitions if route else 0))
+            route = self.appender.set_route(tp[0], max(
+                tp[1] + 1, num_partitions or 0, route.num_partitions if route else 0))
         previous = route.tails[tp[1]]
         if previous is not None:
             previous.full = True

@@ -87,6 +87,12 @@ class PartitionSequences:
     bump_from: int | None = None
     """Set when the partition needs a local epoch bump: the first sequence that the
     broker is known not to have written (the batches from there on get renumbered)."""
+    last_acked_offset: int = -1
+    """The offset of the last record the broker acknowledged here (-1: none known)."""
+    restart: bool = False
+    """Transactions: the broker lost this producer's state here (retention removed
+    its records): the incomplete batches start over at sequence 0, same epoch, once
+    nothing of the partition is in flight."""
 
     def is_next(self, sequence: int) -> bool:
         return _add_sequence(self.last_acked, 1) == sequence
@@ -116,6 +122,10 @@ class ProducerIdManager:
         self.partitions: dict[TopicPartition, PartitionSequences] = {}
         self.recovering: set[TopicPartition] = set()
         """Partitions that are unresolved or wait for a local epoch bump."""
+        self._new_id_wanted: set[TopicPartition] = set()
+        """Partitions whose epoch ran out: their batches wait for a new producer id."""
+        self._reset: set[ProducerBatch] = set()
+        """Batches whose sequences started over (:meth:`restart_sequences`)."""
 
     # -- per partition -----------------------------------------------------------
 
@@ -134,7 +144,7 @@ class ProducerIdManager:
         e = self.partitions.get(tp)
         if e is None:
             return True
-        if e.unresolved is not None or e.bump_from is not None:
+        if e.unresolved is not None or e.bump_from is not None or e.restart:
             return False
         return e.producer_id == self.producer_id or not e.incomplete
 
@@ -171,18 +181,21 @@ class ProducerIdManager:
         """Whether ``batch`` must wait for its partition's epoch bump (it lies after a
         gap, so its sequence can only be accepted once renumbered)."""
         e = self.partitions.get(batch.tp)
-        return (e is not None and e.bump_from is not None
-                and batch.producer_epoch == e.epoch and batch.producer_id == e.producer_id
-                and batch.base_sequence >= e.bump_from)
+        if e is None or batch.producer_epoch != e.epoch or batch.producer_id != e.producer_id:
+            return False
+        return e.restart or (e.bump_from is not None and batch.base_sequence >= e.bump_from)
 
-    def acknowledged(self, batch: ProducerBatch) -> None:
-        """The broker has ``batch`` in its log (written now, or a duplicate of an
-        earlier attempt). Also for a batch that expired while in flight: its answer
-        resolves the partition."""
+    def acknowledged(self, batch: ProducerBatch, base_offset: int = -1) -> None:
+        """The broker has ``batch`` in its log (written now at ``base_offset``, or a
+        duplicate of an earlier attempt: -1). Also for a batch that expired while in
+        flight: its answer resolves the partition."""
         e = self.partitions.get(batch.tp)
         if e is None:
             return
         self._drop(e, batch)
+        if base_offset >= 0:
+            e.last_acked_offset = max(e.last_acked_offset,
+                                      base_offset + batch.record_count - 1)
         if (batch.producer_id, batch.producer_epoch) != (e.producer_id, e.epoch):
             return  # an answer from before a bump or a new id
         last = last_sequence(batch)
@@ -276,30 +289,51 @@ class ProducerIdManager:
             if e is None:
                 self.recovering.discard(tp)
                 continue
-            if e.bump_from is None or in_flight.get(tp):
+            if e.bump_from is None or in_flight.get(tp) or tp in self._new_id_wanted:
                 continue
             if any(_seq_after(e.bump_from, b.base_sequence) for b in e.incomplete):
                 continue
             if e.epoch >= _MAX_EPOCH:
-                # No higher epoch: a new producer id (InitProducerId) for everything.
-                self.ready = False
-                e.bump_from = None
-                self.recovering.discard(tp)
+                # No higher epoch: a new producer id (InitProducerId); the partition's
+                # batches after the gap move to it as soon as it comes (Java's
+                # resetIdempotentProducerId), and wait until then (bump_from stays).
+                if tp not in self._new_id_wanted:
+                    self._new_id_wanted.add(tp)
+                    self.ready = False
+                    log.info("%s-%d: producer id %d has no epoch left; asking for a new "
+                             "producer id", tp[0], tp[1], e.producer_id)
                 continue
-            e.epoch += 1
-            self.epoch = max(self.epoch, e.epoch)
-            seq = 0
-            for b in e.incomplete:
-                b.producer_epoch, b.base_sequence = e.epoch, seq
-                if b.closed:
-                    b.builder.set_producer_state(b.producer_id, b.producer_epoch, seq)
-                seq = _add_sequence(seq, b.record_count)
-            e.next_sequence, e.last_acked, e.bump_from, e.unresolved = seq, -1, None, None
-            self.recovering.discard(tp)
+            self._renumber(tp, e, e.producer_id, e.epoch + 1)
             log.info("%s-%d: producer id %d now at epoch %d (local bump), %d batch(es) "
                      "renumbered", tp[0], tp[1], e.producer_id, e.epoch, len(e.incomplete))
             done.append(tp)
         return done
+
+    def _renumber(self, tp: TopicPartition, e: PartitionSequences, producer_id: int,
+                  epoch: int) -> None:
+        """The partition's incomplete batches (all after its gap) get ``producer_id``,
+        ``epoch`` and sequences from 0, in order; the partition is settled."""
+        e.producer_id, e.epoch = producer_id, epoch
+        self.epoch = max(self.epoch, epoch)
+        seq = 0
+        for b in e.incomplete:
+            b.producer_id, b.producer_epoch, b.base_sequence = producer_id, epoch, seq
+            if b.closed:
+                b.builder.set_producer_state(producer_id, epoch, seq)
+            seq = _add_sequence(seq, b.record_count)
+        e.next_sequence, e.last_acked, e.bump_from, e.unresolved = seq, -1, None, None
+        self.recovering.discard(tp)
+
+    def _move_to_new_id(self) -> None:
+        """A new producer id came: the partitions that ran out of epochs move their
+        waiting batches to it now (not at their next failure)."""
+        for tp in sorted(self._new_id_wanted):
+            e = self.partitions.get(tp)
+            if e is not None:
+                self._renumber(tp, e, self.producer_id, max(self.epoch, 0))
+                log.info("%s-%d: %d batch(es) moved to producer id %d epoch %d", tp[0],
+                         tp[1], len(e.incomplete), e.producer_id, e.epoch)
+        self._new_id_wanted.clear()
 
     def replace(self, batch: ProducerBatch, pieces: list[ProducerBatch]) -> None:
         """``batch`` was split into ``pieces`` (same id, epoch, consecutive sequences)."""
@@ -312,13 +346,51 @@ class ProducerIdManager:
             return
         e.incomplete[i:i + 1] = pieces
 
-    @staticmethod
-    def _drop(e: PartitionSequences, batch: ProducerBatch) -> None:
+    def _drop(self, e: PartitionSequences, batch: ProducerBatch) -> None:
         inc = e.incomplete
         if inc and inc[0] is batch:  # acknowledged in sequence order: the usual case
             del inc[0]
         elif batch in inc:
             inc.remove(batch)
+        if self._reset:
+            self._reset.discard(batch)
+
+    # -- the broker lost the producer's state (transactions) -----------------------
+
+    def last_acked_offset(self, tp: TopicPartition) -> int:
+        e = self.partitions.get(tp)
+        return -1 if e is None else e.last_acked_offset
+
+    def restart_sequences(self, tp: TopicPartition) -> None:
+        """UNKNOWN_PRODUCER_ID after retention removed everything this producer wrote
+        on ``tp`` (Java's ``startSequencesAtBeginning``): the partition's incomplete
+        batches start over at sequence 0, same producer id and epoch, once nothing of
+        it is in flight (:meth:`restart_ready`); nothing of it goes out until then."""
+        e = self._entry(tp)
+        e.restart = True
+        self.recovering.add(tp)
+
+    def restarting(self, batch: ProducerBatch) -> bool:
+        """Whether ``batch``'s sequence was (or is about to be) started over: an
+        UNKNOWN_PRODUCER_ID for it is expected, and it is retried."""
+        if batch in self._reset:
+            return True
+        e = self.partitions.get(batch.tp)
+        return e is not None and e.restart
+
+    def restart_ready(self, in_flight: dict[TopicPartition, Any]) -> None:
+        """Start the sequences over where :meth:`restart_sequences` asked for it and
+        nothing of the partition is in flight."""
+        for tp in list(self.recovering):
+            e = self.partitions.get(tp)
+            if e is None or not e.restart or in_flight.get(tp):
+                continue
+            e.restart = False
+            self._renumber(tp, e, e.producer_id, e.epoch)
+            self._reset.update(e.incomplete)
+            log.info("%s-%d: the broker lost producer id %d's state (the log start moved "
+                     "past its records); %d batch(es) start over at sequence 0", tp[0],
+                     tp[1], e.producer_id, len(e.incomplete))
 
     # -- the producer id ---------------------------------------------------------
 
@@ -332,6 +404,8 @@ class ProducerIdManager:
         self.error = None
         self.partitions.clear()
         self.recovering.clear()
+        self._new_id_wanted.clear()
+        self._reset.clear()
         self.ready = True
 
     def init_started(self) -> None:
@@ -384,6 +458,8 @@ class ProducerIdManager:
         self.epoch = int(resp.producer_epoch)
         self.ready = True
         log.debug("producer id %d epoch %d", self.producer_id, self.epoch)
+        if self._new_id_wanted:
+            self._move_to_new_id()
 
 
 def _seq_after(a: int, b: int) -> bool:

@@ -262,6 +262,8 @@ class Sender:
             err = txn.blocks_queued
             if err is not None and any(self.acc.batches.values()):
                 self.abort_queued(err)
+            if pid is not None and pid.recovering:
+                pid.restart_ready(self.in_flight)  # sequences started over, when due
         elif pid is not None and pid.ready and pid.recovering:
             # Idempotence: settle partitions whose expired batches are answered, and
             # make the local epoch bumps that are due (only those partitions wait).
@@ -552,7 +554,7 @@ class Sender:
         if code == 0 or code == _DUPLICATE_SEQUENCE:
             # DUPLICATE_SEQUENCE: written by an earlier attempt; the offset is unknown.
             if pid is not None and b.base_sequence >= 0:
-                pid.acknowledged(b)
+                pid.acknowledged(b, p.base_offset if code == 0 else -1)
                 self._unknown_outcome.discard(b)
             if not expired:
                 if code == 0:
@@ -575,7 +577,7 @@ class Sender:
         if record_errors:
             self._fail_with_record_errors(b, code, msg, record_errors)
             return
-        self._retry_or_fail(b, for_code(code, msg), now)
+        self._retry_or_fail(b, for_code(code, msg), now, p.log_start_offset)
         if code in _METADATA_ERRORS and not b.result.done() and (
                 hinted or self.metadata.cluster.leaders.get(b.tp) not in (None, node)):
             # A new leader (epoch) from the hint, or metadata that came meanwhile
@@ -605,6 +607,11 @@ class Sender:
         pieces = self.acc.split(b, loop)
         if self.pid is not None and b.base_sequence >= 0:
             self.pid.replace(b, pieces)
+        if b in self._unknown_outcome:
+            # An earlier attempt of the whole batch may be in the log: so may each
+            # piece's records.
+            self._unknown_outcome.discard(b)
+            self._unknown_outcome.update(pieces)
         log.info("%s-%d: the broker refused a batch of %d records (%d bytes) as too large "
                  "(%s%s); split into %d batches", b.topic, b.partition, b.record_count,
                  b.builder.size_in_bytes, ErrorCode(code).name.upper(),
@@ -627,7 +634,10 @@ class Sender:
             f"because {len(errors)} other record(s) in it were invalid ({first})"),
             written=False)
 
-    def _retry_or_fail(self, b: ProducerBatch, exc: BaseException, now: float) -> None:
+    def _retry_or_fail(self, b: ProducerBatch, exc: BaseException, now: float,
+                       log_start: int = -1) -> None:
+        """Retry ``b`` (in order, within ``delivery_timeout_ms``) or fail it, after
+        ``exc``; ``log_start`` is the partition's log start offset of the answer."""
         txn = self.txn
         if txn is not None and isinstance(exc, BrokerResponseError) \
                 and int(exc.code) in PRODUCE_FENCED_CODES:
@@ -638,9 +648,20 @@ class Sender:
         if pid is not None and b.base_sequence >= 0:
             if txn is not None:
                 if isinstance(exc, UnknownProducerIdError):
-                    # The transaction cannot be completed: abort it (the epoch is
-                    # bumped then).
-                    retriable = False
+                    # Java's canRetry: the broker lost this producer's state. Retried
+                    # when the answer lacks the log start offset, or the batch's
+                    # sequence was started over already; when retention removed
+                    # everything this producer wrote here, the partition's sequences
+                    # start over at 0 and the batch is retried; otherwise the
+                    # transaction cannot be completed: abort it (the abort bumps the
+                    # epoch).
+                    if log_start < 0 or pid.restarting(b):
+                        retriable = True
+                    elif pid.last_acked_offset(b.tp) < log_start:
+                        pid.restart_sequences(b.tp)
+                        retriable = True
+                    else:
+                        retriable = False
                 elif isinstance(exc, OutOfOrderSequenceError) and (
                         self._earlier_pending(b)
                         or not pid.is_next_sequence(b.tp, b.base_sequence)):
@@ -712,6 +733,8 @@ class Sender:
     def abort_queued(self, error: KafkaError) -> None:
         """Transactions: fail the queued batches of an aborted or failed transaction."""
         failed = self.acc.abort_undrained(error)
+        if self._unknown_outcome:
+            self._unknown_outcome.difference_update(failed)
         now = time.monotonic()
         for b in failed:
             self.metrics.records_failed(b.topic, b.record_count, now)
