@@ -118,6 +118,15 @@ def _kio(api: str, version: int) -> tuple[Any, Any]:
     return req, resp
 
 
+@dataclass(eq=False, slots=True)
+class _Offsets:
+    """One send_offsets_to_transaction() call's offsets, until they are sent."""
+
+    group: GroupMetadata
+    by_topic: dict[str, list[tuple[int, int, str | None]]]
+    sent: bool = False
+
+
 def _timedelta_ms(ms: int) -> i32Timedelta:
     return i32Timedelta.parse(datetime.timedelta(milliseconds=ms))
 
@@ -246,8 +255,10 @@ class TransactionManager:
         self._end_done = False  # the current EndTxn succeeded (a resumed call skips it)
         self._end_written = False  # the current EndTxn(commit) reached a connection
         # send_offsets_to_transaction() calls not yet answered (a timed-out one stays).
-        self._pending_offsets: list[tuple[GroupMetadata,
-                                          dict[str, list[tuple[int, int, str | None]]]]] = []
+        self._pending_offsets: list[_Offsets] = []
+        # One offsets call at a time, in order (tasks calling send_offsets together
+        # queue here; commit, abort and prepare wait for the call in progress).
+        self._offsets_lock = asyncio.Lock()
         self._offsets_added: set[str] = set()  # version 1: groups AddOffsetsToTxn added
         self._idle: asyncio.Future[None] | None = None  # close() waiting for a call
         self._closing: KafkaError | None = None  # close() was forced: no EndTxn any more
@@ -420,6 +431,18 @@ class TransactionManager:
         self._add_next = asyncio.get_running_loop().time() + delay
         log.debug("%s failed (%s); retrying in %.0f ms", what, exc, delay * 1000)
 
+    async def _bump_now(self) -> None:
+        """The epoch bump due before any request of this transaction (after a resumed
+        transaction), made by the caller when the Sender has not made it yet: an
+        AddOffsetsToTxn or TxnOffsetCommit under the old epoch would start a
+        transaction that the bump then aborts."""
+        while self._bump_first:
+            task = self._add_task
+            if task is not None:  # the Sender's bump in progress
+                await asyncio.shield(task)
+                continue
+            await self._init_producer_id(bump=True)  # (clears _bump_first)
+
     async def _bump_before_sending(self) -> None:
         """The epoch bump a transaction's first batch waits for (after a resumed
         transaction: this producer does not know the sequences its records used)."""
@@ -572,8 +595,9 @@ class TransactionManager:
                 await flush()
                 if self._add_task is not None:
                     await asyncio.shield(self._add_task)
-                if m.state is TxnState.COMMITTING:
-                    await self._send_pending_offsets()
+                async with self._offsets_lock:
+                    if m.state is TxnState.COMMITTING:
+                        await self._send_pending_offsets()
         except BaseException:
             m.revert_end()
             raise
@@ -598,6 +622,8 @@ class TransactionManager:
             if err is not None:
                 abort_queued(err)
             await wait_in_flight()
+            async with self._offsets_lock:  # an offsets call in progress ends first
+                self._pending_offsets.clear()
             if self._add_task is not None:
                 await asyncio.shield(self._add_task)
         if m.state is not TxnState.ABORTING:
@@ -616,8 +642,9 @@ class TransactionManager:
             await flush()
             if self._add_task is not None:
                 await asyncio.shield(self._add_task)
-            if m.state is TxnState.IN_TRANSACTION:
-                await self._send_pending_offsets()
+            async with self._offsets_lock:
+                if m.state is TxnState.IN_TRANSACTION:
+                    await self._send_pending_offsets()
         if m.state is not TxnState.IN_TRANSACTION:  # a batch of it failed
             raise m.state_error("prepare_transaction()")
         handle = (self._pid.producer_id, self._pid.epoch) if self._started else None
@@ -699,16 +726,24 @@ class TransactionManager:
         by_topic = offsets_of(offsets)
         if not by_topic:
             return
-        self._pending_offsets.append((group, by_topic))
-        with self._running("send_offsets_to_transaction()"):
-            await self._send_pending_offsets()
+        item = _Offsets(group, by_topic)
+        self._pending_offsets.append(item)
+        async with self._offsets_lock:  # after the offsets calls of other tasks
+            if not item.sent and item in self._pending_offsets:
+                await self._send_pending_offsets(until=item)
+        if not item.sent:  # the transaction was aborted meanwhile
+            raise m.state_error("send_offsets_to_transaction()")
 
-    async def _send_pending_offsets(self) -> None:
-        """Send the queued offsets, oldest first (a failure other than a timeout makes
-        the transaction abortable and raises; a timeout leaves them queued)."""
+    async def _send_pending_offsets(self, until: _Offsets | None = None) -> None:
+        """Send the queued offsets, oldest first, up to ``until`` (None: all); called
+        under the offsets lock. A failure other than a timeout makes the transaction
+        abortable and raises; a timeout leaves them queued."""
         m = self.machine
+        if self._pending_offsets and self._bump_first:
+            await self._bump_now()
         while self._pending_offsets:
-            group, by_topic = self._pending_offsets[0]
+            item = self._pending_offsets[0]
+            group = item.group
             try:
                 if self.version < 2 and group.group_id not in self._offsets_added:
                     # Version 2: TxnOffsetCommit v5 adds the group itself.
@@ -718,14 +753,17 @@ class TransactionManager:
                     self._started = True
                 if self.version >= 2:
                     self._maybe_started = True
-                await self._txn_offset_commit(group, by_topic)
+                await self._txn_offset_commit(group, item.by_topic)
             except KafkaTimeoutError:
                 raise
             except KafkaError as exc:
                 self.fail(exc)
                 raise m.state_error("send_offsets_to_transaction()") from exc
             self._started = True
+            item.sent = True
             self._pending_offsets.pop(0)
+            if item is until:
+                return
 
     # -- close ---------------------------------------------------------------------
 

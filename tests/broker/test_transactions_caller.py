@@ -288,6 +288,7 @@ async def test_send_after_resume_is_refused(txn_broker: TxnBroker,
     bootstrap = txn_broker.bootstrap
     topic = topic_factory()
     tid = txn_id("resume-send")
+    group = f"resume-send-{uuid.uuid4().hex[:8]}"
     async with Producer(bootstrap_servers=bootstrap, transactional_id=tid) as p:
         await p.init_transactions()
         p.begin_transaction()
@@ -302,12 +303,16 @@ async def test_send_after_resume_is_refused(txn_broker: TxnBroker,
         with pytest.raises(IllegalStateError, match="resume"):
             await q.send_many(topic, [b"q1", b"q2"])
         await q.commit_transaction()
-        # The next transaction is an ordinary one: its records are written.
+        # The next transaction is an ordinary one, under a new epoch (this producer
+        # does not know the resumed transaction's sequences), bumped before its first
+        # request: here its offsets, then a record.
         q.begin_transaction()
+        await q.send_offsets_to_transaction({(topic, 0): 5}, group)
         await q.send(topic, b"next")
         await q.commit_transaction()
     got = committed_values(bootstrap, topic, 11)
     assert sorted(got) == sorted([b"p%d" % i for i in range(10)] + [b"next"])
+    assert group_offset(bootstrap, group, topic, 0) == 5
 
 
 # -- 5. a timed-out send_offsets_to_transaction is not dropped --------------------------
