@@ -720,7 +720,9 @@ class Producer:
         transaction that was already committed succeeds (the coordinator takes it as a
         retry); one the coordinator aborted (timed out) or whose id a newer producer
         took raises :class:`ProducerFencedError` (or a
-        :class:`BrokerResponseError` such as INVALID_TXN_STATE)."""
+        :class:`BrokerResponseError` such as INVALID_TXN_STATE). The resumed
+        transaction takes no records (``send()`` raises :class:`IllegalStateError`);
+        the next transaction of this producer begins under a new epoch."""
         await self._transactions("resume_transaction()").resume(producer_id, epoch)
 
     def begin_transaction(self) -> None:
@@ -731,7 +733,11 @@ class Producer:
         """Send what is buffered, then commit the transaction.
 
         If a record of the transaction failed, raises
-        :class:`TransactionAbortableError`: call :meth:`abort_transaction`.
+        :class:`TransactionAbortableError`: call :meth:`abort_transaction`. Cancelled
+        before its EndTxn, the transaction stays open; cancelled or timed out after it
+        (:class:`KafkaTimeoutError`), only ``commit_transaction()`` may follow, and it
+        finishes the commit (so does :meth:`close`). See "When the caller cancels,
+        times out, closes or hands over" in docs/transactions.md.
         """
         await self._transactions("commit_transaction()").commit(self.flush, self._hurry)
 
@@ -747,7 +753,9 @@ class Producer:
     async def abort_transaction(self) -> None:
         """Abort the transaction: records not yet sent fail with
         :class:`TransactionAbortedError`, and what was written is never read by
-        ``read_committed`` consumers."""
+        ``read_committed`` consumers. Cancelled or timed out, only
+        ``abort_transaction()`` may follow, and it finishes the abort (so does
+        :meth:`close`)."""
         txn = self._transactions("abort_transaction()")
         acc = self._accumulator
         sender = self._sender
@@ -770,6 +778,10 @@ class Producer:
         and ``offset`` (confluent-kafka's ``TopicPartition``) also works.
         ``group_metadata`` is the consumer group id, or a :class:`GroupMetadata` (with
         generation and member id, to fence zombie group members).
+
+        Empty ``offsets`` are a no-op (an empty poll starts nothing). Offsets whose call
+        timed out or was cancelled stay queued, and go out before the commit's EndTxn;
+        calls from several tasks are sent one at a time, in order.
         """
         await self._transactions("send_offsets_to_transaction()").send_offsets(
             offsets, group_metadata)

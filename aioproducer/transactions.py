@@ -7,8 +7,8 @@ consumer group (TxnOffsetCommit). Both are found with FindCoordinator and looked
 again when a broker says it is no longer the coordinator.
 
 Two protocols, chosen as the Java client (4.x) chooses, from the cluster's finalized
-``transaction.version`` feature (ApiVersions), at init_transactions() and again at
-each begin_transaction():
+``transaction.version`` feature (ApiVersions), at init_transactions() (an upgrade to
+version 2 is taken at the end of a transaction, with an epoch bump; never back):
 
 * version 1 (classic): every partition is added with AddPartitionsToTxn before the
   first batch goes to it, and AddOffsetsToTxn comes before TxnOffsetCommit; Produce
@@ -697,14 +697,22 @@ class TransactionManager:
                         # hold an open transaction, which an epoch bump aborts.
                         self._pid.bump_needed = True
                     self._end_done = True
+                if self._closing is not None:
+                    # EndTxn was answered as close() ran out of time: the transaction
+                    # is ended; the producer is closed, nothing more to do.
+                    return
                 if self._pid.bump_needed:
                     # A batch of this transaction failed with a sequence number: start
                     # the sequences over under a new epoch before the next transaction.
                     await self._init_producer_id(bump=True)
                 await self._maybe_upgrade()
         except KafkaTimeoutError:
+            if self._end_done and self._closing is not None:
+                return  # (as below)
             raise  # state unchanged: the same call may be repeated
         except KafkaError as exc:
+            if self._end_done and self._closing is not None:
+                return  # ended by EndTxn; what failed after it was close()'s refusal
             if m.end_failed(commit, exc):
                 self._log_fatal(exc)
             raise

@@ -34,6 +34,7 @@ class _Conn:
         self.requests: list[str] = []
         self.producer_id, self.epoch = 1000, 0
         self.end_answer: tuple[int, int] | None = None
+        self.on_end: Any = None  # called while EndTxn is on its way
 
     def set_level(self, level: int) -> None:
         self.finalized_features_epoch += 1
@@ -51,6 +52,8 @@ class _Conn:
             return SimpleNamespace(error_code=0, producer_id=self.producer_id,
                                    producer_epoch=self.epoch)
         if name == "EndTxnRequest":
+            if self.on_end is not None:
+                self.on_end()
             pid, epoch = self.end_answer or (self.producer_id, self.epoch + 1)
             if self.end_answer is None:
                 self.epoch += 1
@@ -174,3 +177,21 @@ async def test_failed_sender_leaves_an_abort_then_the_producer_is_unusable() -> 
     tm2, _c, _p = await _manager(level=2)
     tm2.sender_failed(KafkaError("the Sender failed"))  # between transactions: at once
     assert tm2.state is TxnState.FATAL_ERROR
+
+
+async def test_end_txn_answered_after_close_ran_out_is_a_commit() -> None:
+    """close() ran out of time while EndTxn(commit) was on its way, and its answer
+    came before the connection closed: the transaction is committed, and the commit
+    says so (it does not raise, and the state machine is not asked for READY)."""
+    tm, conn, _pid = await _manager(level=1)
+    tm.begin()
+    tm._started = True
+    tm._pid.bump_needed = True  # (a bump would follow EndTxn: close() refuses it)
+    conn.on_end = lambda: tm.close(ProducerClosedError("closed"))
+
+    async def flushed() -> None:
+        return None
+
+    await tm.commit(flushed)
+    assert conn.requests[-1] == "EndTxnRequest"
+    assert tm.state is TxnState.FATAL_ERROR  # the producer is closed
