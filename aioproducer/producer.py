@@ -51,8 +51,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Header", "Producer"]
 
-_PRODUCE = 0
-_PRODUCE_MIN_VERSION = 9  # Kafka 2.4: flexible versions; Kafka 4 removed older ones
 
 log = logging.getLogger("aioproducer.producer")
 
@@ -168,7 +166,7 @@ class Producer:
         cluster = Cluster.from_response(response)
         client.update_nodes(cluster.nodes)
         self._metadata.refresh_done(time.monotonic(), cluster, [])
-        _check_produce_version(client)
+        client.check_produce_versions()
         # The producer is the composition root: it builds the idempotence and
         # transaction state and hands them to the Sender, which drives them.
         pid = ProducerIdManager(client, c) if c.enable_idempotence else None
@@ -854,10 +852,3 @@ def _python_path(ref: weakref.ref[Producer]) -> Callable[
         return producer._send_any(topic, value, key, partition, timestamp_ms, headers)
 
     return slow
-
-
-def _check_produce_version(client: KafkaClient) -> None:
-    """Refuse a cluster whose brokers cannot take Produce v9+ at ``start()``, with the
-    reason, instead of failing every record later."""
-    for conn in client.connections():
-        conn.version_for(_PRODUCE, _PRODUCE_MIN_VERSION, 13)

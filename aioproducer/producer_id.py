@@ -27,7 +27,6 @@ one partition changes nothing for the others.
 from __future__ import annotations
 
 import datetime
-import importlib
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,24 +37,18 @@ from kio.static.primitive import i16, i32Timedelta, i64
 from ._native import ProducerBatch
 from .config import ProducerConfig
 from .errors import KafkaConnectionError, KafkaError, for_code
+from .net.apis import ApiKey
 from .net.client import KafkaClient
+from .net.protocol import request_module, response_type
 
 __all__ = ["PartitionSequences", "ProducerIdManager"]
 
 log = logging.getLogger("aioproducer.idempotence")
 
-_INIT_PRODUCER_ID = 22
 _MAX_SEQUENCE = 2**31 - 1
 _MAX_EPOCH = 2**15 - 1
 
 TopicPartition = tuple[str, int]
-
-
-def _kio_init_producer_id(version: int) -> tuple[Any, Any]:
-    mod = f"kio.schema.init_producer_id.v{version}"
-    req = importlib.import_module(f"{mod}.request").InitProducerIdRequest
-    resp = importlib.import_module(f"{mod}.response").InitProducerIdResponse
-    return req, resp
 
 
 def _add_sequence(sequence: int, count: int) -> int:
@@ -436,8 +429,9 @@ class ProducerIdManager:
         if node is None:
             raise KafkaConnectionError("no broker available to send InitProducerId to")
         conn = await self._client.connect(node, self._timeout_s)
-        version = conn.version_for(_INIT_PRODUCER_ID, 0, 5)
-        req_t, resp_t = _kio_init_producer_id(version)
+        version = conn.version_for(ApiKey.INIT_PRODUCER_ID, 0, 5)
+        req_t = request_module(ApiKey.INIT_PRODUCER_ID, version).InitProducerIdRequest
+        resp_t: Any = response_type(ApiKey.INIT_PRODUCER_ID, version)
         fields: dict[str, Any] = {
             "transactional_id": None,
             "transaction_timeout": i32Timedelta.parse(datetime.timedelta(milliseconds=60000)),

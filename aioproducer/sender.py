@@ -39,6 +39,7 @@ from .errors import (
 )
 from .metadata import Cluster, Metadata
 from .metrics import ProducerMetrics
+from .net.apis import PRODUCE_MAX_VERSION, PRODUCE_MIN_VERSION, ApiKey
 from .net.client import KafkaClient
 from .net.protocol import (
     PartitionResult,
@@ -56,7 +57,6 @@ __all__ = ["Sender"]
 
 log = logging.getLogger("aioproducer.sender")
 
-_PRODUCE = 0
 _NONE_MUTED: frozenset[TopicPartition] = frozenset()
 _METADATA_ERRORS = frozenset({
     int(ErrorCode.not_leader_or_follower),
@@ -397,7 +397,8 @@ class Sender:
                 self.acc.reenqueue(b, now)
             return
         try:
-            version = conn.version_for(_PRODUCE, 9, 13 if self.txn is None
+            version = conn.version_for(ApiKey.PRODUCE, PRODUCE_MIN_VERSION,
+                                       PRODUCE_MAX_VERSION if self.txn is None
                                        else self.txn.produce_max_version)
         except UnsupportedVersionError as exc:
             for b in batches:
@@ -450,7 +451,7 @@ class Sender:
                       ", ".join(f"{b.partition}@{b.producer_epoch}/{b.base_sequence}"
                                 for b in batches))
         try:
-            fut = conn.send_raw(_PRODUCE, version, body, flexible=True,
+            fut = conn.send_raw(ApiKey.PRODUCE, version, body, flexible=True,
                                 expect_response=self.acks != 0,
                                 decode=partial(decode_produce_answer, version),
                                 callback=partial(self._on_produce_future, node, version,

@@ -54,8 +54,10 @@ from .errors import (
     TransactionOutcomeUnknownError,
     for_code,
 )
+from .net.apis import ApiKey
 from .net.client import KafkaClient
 from .net.connection import BrokerConnection
+from .net.protocol import request_module, response_type
 from .producer_id import ProducerIdManager
 from .transaction_state import FATAL_CODES, FENCED_CODES, TxnState, TxnStateMachine
 
@@ -66,13 +68,6 @@ log = logging.getLogger("aioproducer.transactions")
 
 TopicPartition = tuple[str, int]
 
-_FIND_COORDINATOR = 10
-_INIT_PRODUCER_ID = 22
-_ADD_PARTITIONS_TO_TXN = 24
-_ADD_OFFSETS_TO_TXN = 25
-_END_TXN = 26
-_TXN_OFFSET_COMMIT = 28
-_PRODUCE = 0
 
 _GROUP, _TRANSACTION = 0, 1
 
@@ -109,15 +104,6 @@ class GroupMetadata:
     group_instance_id: str | None = None
 
 
-def _kio(api: str, version: int) -> tuple[Any, Any]:
-    import importlib
-
-    mod = f"kio.schema.{api}.v{version}"
-    req = importlib.import_module(f"{mod}.request")
-    resp = importlib.import_module(f"{mod}.response")
-    return req, resp
-
-
 @dataclass(eq=False, slots=True)
 class _Offsets:
     """One send_offsets_to_transaction() call's offsets, until they are sent."""
@@ -125,6 +111,11 @@ class _Offsets:
     group: GroupMetadata
     by_topic: dict[str, list[tuple[int, int, str | None]]]
     sent: bool = False
+
+
+def _kio(api_key: ApiKey, version: int) -> tuple[Any, Any]:
+    """kio's request module and response class of ``api_key`` v``version``."""
+    return request_module(api_key, version), response_type(api_key, version)
 
 
 def _timedelta_ms(ms: int) -> i32Timedelta:
@@ -326,7 +317,7 @@ class TransactionManager:
             if conn.finalized_features_epoch > best_epoch:
                 best_epoch = conn.finalized_features_epoch
                 level = conn.finalized_features.get("transaction.version", 0)
-            for key, need in ((_PRODUCE, 12), (_END_TXN, 5)):
+            for key, need in ((ApiKey.PRODUCE, 12), (ApiKey.END_TXN, 5)):
                 rng = conn.api_versions.get(key)
                 if rng is None or rng[1] < need:
                     v2_apis = False
@@ -488,8 +479,8 @@ class TransactionManager:
             by_topic.setdefault(t, []).append(p)
 
         async def call(conn: BrokerConnection) -> int:
-            version = conn.version_for(_ADD_PARTITIONS_TO_TXN, 0, 3)
-            req_m, resp_m = _kio("add_partitions_to_txn", version)
+            version = conn.version_for(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 3)
+            req_m, resp_t = _kio(ApiKey.ADD_PARTITIONS_TO_TXN, version)
             req = req_m.AddPartitionsToTxnRequest(
                 v3_and_below_transactional_id=self.transactional_id,
                 v3_and_below_producer_id=i64(self._pid.producer_id),
@@ -498,7 +489,7 @@ class TransactionManager:
                     req_m.AddPartitionsToTxnTopic(name=t, partitions=tuple(i32(p) for p in ps))
                     for t, ps in by_topic.items()),
             )
-            resp = await conn.request(req, resp_m.AddPartitionsToTxnResponse)
+            resp = await conn.request(req, resp_t)
             worst = 0
             for topic in resp.results_by_topic_v3_and_below:
                 for part in topic.results_by_partition:
@@ -841,8 +832,8 @@ class TransactionManager:
     async def _init_producer_id(self, bump: bool) -> None:
         async def call(conn: BrokerConnection) -> int:
             lo = 3 if bump else 0
-            version = conn.version_for(_INIT_PRODUCER_ID, lo, 5)
-            req_m, resp_m = _kio("init_producer_id", version)
+            version = conn.version_for(ApiKey.INIT_PRODUCER_ID, lo, 5)
+            req_m, resp_t = _kio(ApiKey.INIT_PRODUCER_ID, version)
             fields: dict[str, Any] = {
                 "transactional_id": self.transactional_id,
                 "transaction_timeout": _timedelta_ms(self._timeout_ms),
@@ -851,7 +842,7 @@ class TransactionManager:
                 fields["producer_id"] = i64(self._pid.producer_id if bump else -1)
                 fields["producer_epoch"] = i16(self._pid.epoch if bump else -1)
             resp = await conn.request(req_m.InitProducerIdRequest(**fields),
-                                      resp_m.InitProducerIdResponse)
+                                      resp_t)
             code = int(resp.error_code)
             if code == 0:
                 self._pid.assign(int(resp.producer_id), int(resp.producer_epoch))
@@ -869,15 +860,15 @@ class TransactionManager:
         async def call(conn: BrokerConnection) -> int:
             if self._closing is not None:  # checked right before the request is written
                 raise self._closed_error(what)
-            version = conn.version_for(_END_TXN, 5, 5) if v2 else conn.version_for(
-                _END_TXN, 0, 4)
-            req_m, resp_m = _kio("end_txn", version)
+            version = conn.version_for(ApiKey.END_TXN, 5, 5) if v2 else conn.version_for(
+                ApiKey.END_TXN, 0, 4)
+            req_m, resp_t = _kio(ApiKey.END_TXN, version)
             request = req_m.EndTxnRequest(
                 transactional_id=self.transactional_id,
                 producer_id=i64(self._pid.producer_id), producer_epoch=i16(self._pid.epoch),
                 committed=commit)
             self._end_written = True
-            resp = await conn.request(request, resp_m.EndTxnResponse)
+            resp = await conn.request(request, resp_t)
             code = int(resp.error_code)
             if code == 0 and version >= 5 and int(resp.producer_id) >= 0:
                 # KIP-890: the coordinator bumped the epoch (or, when the epoch ran
@@ -891,12 +882,12 @@ class TransactionManager:
 
     async def _add_offsets(self, group_id: str) -> None:
         async def call(conn: BrokerConnection) -> int:
-            version = conn.version_for(_ADD_OFFSETS_TO_TXN, 0, 4)
-            req_m, resp_m = _kio("add_offsets_to_txn", version)
+            version = conn.version_for(ApiKey.ADD_OFFSETS_TO_TXN, 0, 4)
+            req_m, resp_t = _kio(ApiKey.ADD_OFFSETS_TO_TXN, version)
             resp = await conn.request(req_m.AddOffsetsToTxnRequest(
                 transactional_id=self.transactional_id,
                 producer_id=i64(self._pid.producer_id), producer_epoch=i16(self._pid.epoch),
-                group_id=group_id), resp_m.AddOffsetsToTxnResponse)
+                group_id=group_id), resp_t)
             return int(resp.error_code)
 
         await self._coordinator_call(_TRANSACTION, self.transactional_id, "AddOffsetsToTxn",
@@ -908,9 +899,9 @@ class TransactionManager:
         v2 = self.version >= 2
 
         async def call(conn: BrokerConnection) -> int:
-            version = conn.version_for(_TXN_OFFSET_COMMIT, 5, 5) if v2 else \
-                conn.version_for(_TXN_OFFSET_COMMIT, 0, 4)
-            req_m, resp_m = _kio("txn_offset_commit", version)
+            version = conn.version_for(ApiKey.TXN_OFFSET_COMMIT, 5, 5) if v2 else \
+                conn.version_for(ApiKey.TXN_OFFSET_COMMIT, 0, 4)
+            req_m, resp_t = _kio(ApiKey.TXN_OFFSET_COMMIT, version)
             part_t = req_m.TxnOffsetCommitRequestPartition
             part_fields = {f for f in part_t.__dataclass_fields__}
             topics = []
@@ -934,7 +925,7 @@ class TransactionManager:
                               member_id=group.member_id,
                               group_instance_id=group.group_instance_id)
             resp = await conn.request(req_m.TxnOffsetCommitRequest(**fields),
-                                      resp_m.TxnOffsetCommitResponse)
+                                      resp_t)
             worst = 0
             for topic in resp.topics:
                 for part in topic.partitions:
@@ -1021,19 +1012,19 @@ class TransactionManager:
 
         async def op(node: int, remaining: float) -> int:
             conn = await client.connect(node, remaining)
-            version = conn.version_for(_FIND_COORDINATOR, 1, 6)
-            req_m, resp_m = _kio("find_coordinator", version)
+            version = conn.version_for(ApiKey.FIND_COORDINATOR, 1, 6)
+            req_m, resp_t = _kio(ApiKey.FIND_COORDINATOR, version)
             if version >= 4:
                 resp = await conn.request(req_m.FindCoordinatorRequest(
                     key_type=i8(key_type), coordinator_keys=(key,)),
-                    resp_m.FindCoordinatorResponse)
+                    resp_t)
                 if not resp.coordinators:
                     raise ProtocolError("FindCoordinator answered no coordinator")
                 c = resp.coordinators[0]
                 code, nid, host, port = int(c.error_code), int(c.node_id), c.host, int(c.port)
             else:
                 resp = await conn.request(req_m.FindCoordinatorRequest(
-                    key=key, key_type=i8(key_type)), resp_m.FindCoordinatorResponse)
+                    key=key, key_type=i8(key_type)), resp_t)
                 code, nid, host = int(resp.error_code), int(resp.node_id), resp.host
                 port = int(resp.port)
             if code != 0:

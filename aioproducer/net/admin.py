@@ -17,6 +17,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16, i32, i32Timedelta
 
 from ..errors import for_code
+from .apis import ApiKey
 from .protocol import build_entity, request_module
 
 if TYPE_CHECKING:
@@ -24,8 +25,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Admin", "TopicSpec"]
 
-CREATE_TOPICS_KEY: Final = 19
-DELETE_TOPICS_KEY: Final = 20
+CREATE_TOPICS_KEY: Final = int(ApiKey.CREATE_TOPICS)
+DELETE_TOPICS_KEY: Final = int(ApiKey.DELETE_TOPICS)
 _CREATE_TOPICS_VERSIONS: Final = (2, 7)
 _DELETE_TOPICS_VERSIONS: Final = (1, 6)
 _ZERO_UUID: Final = uuid.UUID(int=0)

@@ -42,6 +42,7 @@ from ..errors import (
     TLSError,
     for_code,
 )
+from .apis import PRODUCE_MAX_VERSION, PRODUCE_MIN_VERSION, ApiKey
 from .connection import BrokerConnection
 from .protocol import build_entity, request_module, response_type, response_union
 from .security import Security
@@ -97,8 +98,8 @@ else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-METADATA_KEY: Final = 3
-DESCRIBE_CONFIGS_KEY: Final = 32
+METADATA_KEY: Final = int(ApiKey.METADATA)
+DESCRIBE_CONFIGS_KEY: Final = int(ApiKey.DESCRIBE_CONFIGS)
 _DESCRIBE_CONFIGS_VERSIONS: Final = (1, 4)
 _TOPIC_RESOURCE: Final = 2
 _METADATA_VERSIONS: Final = (1, 13)
@@ -273,6 +274,14 @@ class KafkaClient:
         if conn is not None and conn.is_connected:
             return conn
         return None
+
+    def check_produce_versions(self) -> None:
+        """Raise :class:`UnsupportedVersionError` (with the reason) if a connected
+        broker takes no Produce version the producer frames (v9 to v13: Kafka 2.4 or
+        newer); called once the producer has bootstrapped, instead of failing every
+        record later."""
+        for conn in self.connections():
+            conn.version_for(ApiKey.PRODUCE, PRODUCE_MIN_VERSION, PRODUCE_MAX_VERSION)
 
     def connections(self) -> list[BrokerConnection]:
         """Every live connection."""

@@ -53,6 +53,7 @@ from ..errors import (
     UnsupportedVersionError,
     for_code,
 )
+from .apis import ApiKey
 from .protocol import decode_entity, read_uvarint, request_module
 from .protocol import response_type as _response_type
 from .security import Security
@@ -75,7 +76,7 @@ log = logging.getLogger("aioproducer.net")
 R = TypeVar("R", bound=ResponsePayload)
 T = TypeVar("T")
 
-API_VERSIONS_KEY: Final = 18
+API_VERSIONS_KEY: Final = int(ApiKey.API_VERSIONS)
 _UNSUPPORTED_VERSION: Final = int(ErrorCode.unsupported_version)
 _MAX_CORRELATION_ID: Final = 0x7FFFFFFF
 _REQUEST_HEADER: Final = struct.Struct(">hhi")

@@ -37,6 +37,7 @@ from kio.static.constants import EntityType
 from kio.static.protocol import Entity, ResponsePayload
 
 from ..errors import ProtocolError, UnsupportedVersionError
+from .apis import PRODUCE_MAX_VERSION, PRODUCE_MIN_VERSION, ApiKey
 
 if TYPE_CHECKING:
     # Only for the annotations: at run time each version's module is imported when
@@ -94,9 +95,7 @@ __all__ = [
     "uvarint",
 ]
 
-PRODUCE_API_KEY = 0
-PRODUCE_MIN_VERSION = 9
-PRODUCE_MAX_VERSION = 13
+PRODUCE_API_KEY = int(ApiKey.PRODUCE)
 _TOPIC_ID_VERSION = 13
 _PRODUCE_VERSIONS = range(PRODUCE_MIN_VERSION, PRODUCE_MAX_VERSION + 1)
 

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from kio.static.primitive import i8, i32
 
+from .apis import ApiKey
+
 if TYPE_CHECKING:
     from kio.schema.get_telemetry_subscriptions.v0.response import (
         GetTelemetrySubscriptionsResponse,
@@ -48,8 +50,8 @@ __all__ = [
     "telemetry_supported",
 ]
 
-GET_TELEMETRY_SUBSCRIPTIONS_KEY: Final = 71
-PUSH_TELEMETRY_KEY: Final = 72
+GET_TELEMETRY_SUBSCRIPTIONS_KEY: Final = int(ApiKey.GET_TELEMETRY_SUBSCRIPTIONS)
+PUSH_TELEMETRY_KEY: Final = int(ApiKey.PUSH_TELEMETRY)
 #: The client instance id of a client that has none yet (the broker assigns one).
 ZERO_UUID: Final = uuid.UUID(int=0)
 
