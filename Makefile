@@ -9,13 +9,17 @@ DOCS_STAMP := $(VENV)/.docs-installed
 # The newest pyspark whose spark-sql-kafka-0-10 jar is on Maven Central (4.2.1's and
 # 4.3.0's are not): bench/spark_bench.py runs Spark's Kafka sink of the same version.
 PYSPARK := pyspark[sql]==4.2.0
+# What `make venv` installs: the extras, and pyspark (`make other-python` sets neither
+# Spark nor the spark extra).
+EXTRAS ?= test,spark,cli,otel,schema
+SPARK  ?= $(PYSPARK)
 
-.PHONY: venv build broker broker-stop demo test lint bench docs clean wheel
+.PHONY: venv build broker broker-stop demo test lint bench docs clean wheel other-python
 
 $(STAMP): pyproject.toml setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip setuptools wheel "Cython>=3.0"
-	$(BIN)/pip install -q -e ".[test,spark,cli,otel,schema]" "$(PYSPARK)" --no-build-isolation
+	$(BIN)/pip install -q -e ".[$(EXTRAS)]" $(if $(SPARK),"$(SPARK)") --no-build-isolation
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -70,5 +74,16 @@ docs: $(DOCS_STAMP) build
 wheel: $(STAMP)
 	$(BIN)/python tools/wheels.py $(foreach p,$(PYTHONS),--python $(p))
 
+# Another CPython (V=3.12 or 3.13; found by tools/wheels.py, as for the wheels): its own
+# venv (.venv-3.12) with the test, cli, otel and schema extras (not Spark), the core
+# compiled for it, then the quick loop (-m "not broker") and the broker smoke
+# (tests/broker/test_smoke.py: send, send_many, a transaction, read back).
+other-python:
+	@test -n "$(V)" || { echo "usage: make other-python V=3.12"; exit 2; }
+	$(MAKE) VENV=.venv-$(V) PYTHON="$$($(PYTHON) tools/wheels.py --find $(V))" \
+		EXTRAS=test,cli,otel,schema SPARK= build
+	.venv-$(V)/bin/python -m pytest -q -ra -m "not broker" $(PYTEST_ARGS)
+	.venv-$(V)/bin/python -m pytest -q -ra tests/broker/test_smoke.py
+
 clean: broker-stop
-	rm -rf build dist site $(VENV) .broker aioproducer/_native/*.c aioproducer/_native/*.so
+	rm -rf build dist site $(VENV) .venv-3.* .broker aioproducer/_native/*.c aioproducer/_native/*.so

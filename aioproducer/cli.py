@@ -634,7 +634,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _version_line() -> str:
-    """``aioproducer 0.1.0 (CPython 3.12.1, GIL on)``: the package, the interpreter, and
+    """``aioproducer X.Y.Z (CPython 3.12.1, GIL on)``: the package, the interpreter, and
     whether the GIL runs (a free-threaded build re-enables it for the compiled core)."""
     import platform
 

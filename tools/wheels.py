@@ -30,6 +30,7 @@ import sys
 import sysconfig
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,12 +45,12 @@ def version() -> str:
     return scope["__version__"]
 
 
-def find_interpreters() -> list[str]:
-    """Every CPython of ``VERSIONS`` on this machine, one per minor version (a
+def find_interpreters(versions: Sequence[str] = VERSIONS) -> list[str]:
+    """Every CPython of ``versions`` on this machine, one per minor version (a
     free-threaded ``t`` build is not taken: see docs/install.md)."""
     found = []
     root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
-    for v in VERSIONS:
+    for v in versions:
         candidates = [shutil.which(f"python{v}")]
         candidates += sorted(glob.glob(str(root / f"{v}.*" / "bin" / f"python{v}")),
                              reverse=True)
@@ -115,7 +116,7 @@ def build_wheel(python: str, sdist: Path, dist: Path) -> Path:
         env["CFLAGS"] = WHEEL_CFLAGS
         env["LDSHARED"] = ldshared_without_rpath(python)
         env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
-        run([python, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(raw),
+        run([python, "-m", "pip", "wheel", "--no-deps", "--no-cache-dir", "--wheel-dir", str(raw),
              str(sdist)], env=env)
         (built,) = raw.glob("aioproducer-*.whl")
         env["PATH"] = f"{Path(tool('patchelf')).parent}{os.pathsep}{env.get('PATH', '')}"
@@ -133,7 +134,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="an interpreter to build for (default: every CPython "
                              f"{', '.join(VERSIONS)} found)")
     parser.add_argument("--dist", default=str(ROOT / "dist"))
+    parser.add_argument("--find", metavar="X.Y", default=None,
+                        help="only print the path of CPython X.Y (as found for the wheels)")
     args = parser.parse_args(argv)
+    if args.find:
+        found = [p for p in find_interpreters(args.find.split()) if _runs(p, args.find)]
+        if not found:
+            raise SystemExit(f"CPython {args.find} not found (on PATH or under pyenv)")
+        print(found[0])
+        return 0
     if not sys.platform.startswith("linux"):
         raise SystemExit("manylinux wheels are built on Linux")
     dist = Path(args.dist).absolute()

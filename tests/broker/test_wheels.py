@@ -222,10 +222,10 @@ def test_wheel_installs_without_a_compiler_and_round_trips(
     # Only the venv on PATH: no cc/gcc/clang, no Cython; pip may take wheels only.
     env = {"PATH": str(venv / "bin"), "HOME": os.environ.get("HOME", str(tmp_path)),
            "PIP_DISABLE_PIP_VERSION_CHECK": "1", "LANG": "C.UTF-8"}
-    for name in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_CACHE_DIR", "PIP_CERT",
-                 "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE"):
-        if name in os.environ:
-            env[name] = os.environ[name]
+    # How this machine reaches the package index (pip's settings, certificates, a proxy).
+    env.update({k: v for k, v in os.environ.items()
+                if k.startswith(("PIP_", "SSL_CERT_")) or k.lower().endswith("_proxy")
+                or k == "REQUESTS_CA_BUNDLE"})
     pip = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
                           "--only-binary=:all:", str(path)], env=env, cwd=tmp_path,
                          capture_output=True, text=True, timeout=600)
