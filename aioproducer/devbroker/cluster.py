@@ -13,6 +13,7 @@ import os
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -195,7 +196,10 @@ class LocalKafka:
     4.x, fetched from Maven Central like the default; the broker compatibility tests run
     ``KAFKA_VERSIONS``). Every release gets the same KRaft layout: combined
     broker+controller nodes, a static voter set (``controller.quorum.voters``), the
-    CONTROLLER listener never advertised; Kafka 3.x logs through log4j 1.
+    CONTROLLER listener never advertised; Kafka 3.x logs through log4j 1. Kafka 2.x (the
+    oldest supported broker is 2.8: Produce v9) runs with ZooKeeper instead: one
+    ZooKeeper server (from Kafka's own dependencies, ``<state_dir>/zookeeper/``) on
+    127.0.0.1, started before the nodes and stopped after them; no secured mode there.
     """
 
     def __init__(self, state_dir: str | os.PathLike[str], nodes: int = 1, *,
@@ -207,9 +211,10 @@ class LocalKafka:
         if nodes < 1:
             raise ValueError("nodes must be at least 1")
         self.kafka_version = kafka_version or KAFKA_VERSION
-        if kafka_major(self.kafka_version) < 3:
-            raise ValueError(f"Kafka {self.kafka_version}: the local broker runs KRaft only "
-                             "(Kafka 3.x or 4.x)")
+        self.zookeeper = kafka_major(self.kafka_version) < 3
+        if self.zookeeper and (secure or features):
+            raise ValueError(f"Kafka {self.kafka_version} runs with ZooKeeper here: no "
+                             "secured mode, no features")
         self.state_dir = Path(state_dir).expanduser().absolute()
         self.nodes = nodes
         self.secure = secure
@@ -219,6 +224,7 @@ class LocalKafka:
         self.stop_with_owner = stop_with_owner
         self.ttl = ttl
         self._log_offsets: dict[int, tuple[int, int]] = {}
+        self._zk_port = 0
 
     # ---- state ------------------------------------------------------------------------
 
@@ -440,6 +446,8 @@ class LocalKafka:
                                *(f"{name}://{_HOST}:{port}" for name, port in extra.items())])
         protocols = ",".join(["PLAINTEXT:PLAINTEXT", "CONTROLLER:PLAINTEXT",
                               *(f"{name}:{SECURE_LISTENERS[name]}" for name in extra)])
+        if self.zookeeper:
+            return self._zookeeper_server_properties(i, nodes, replication, min_isr)
         config: dict[str, str] = {
             "process.roles": "broker,controller",
             "node.id": str(me["node_id"]),
@@ -471,6 +479,36 @@ class LocalKafka:
             config["share.coordinator.state.topic.min.isr"] = str(min_isr)
         if extra:
             config.update(_secure_config(self.tls))
+        config.update(self.extra_config)
+        return "".join(f"{k}={v}\n" for k, v in config.items())
+
+    def _zookeeper_server_properties(self, i: int, nodes: list[dict[str, Any]],
+                                     replication: int, min_isr: int) -> str:
+        """A Kafka 2.x broker's configuration: ZooKeeper instead of KRaft (the port in
+        ``cluster.json``'s ``zookeeper``), one PLAINTEXT listener."""
+        me = nodes[i]
+        zk_port = self._zk_port
+        address = f"PLAINTEXT://{_HOST}:{me['broker_port']}"
+        config = {
+            "broker.id": str(me["node_id"]),
+            "zookeeper.connect": f"{_HOST}:{zk_port}",
+            "listeners": address,
+            "advertised.listeners": address,
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "log.dirs": str(self.node_dir(i) / "data"),
+            "auto.create.topics.enable": "false",
+            "num.partitions": "1",
+            "default.replication.factor": str(replication),
+            "offsets.topic.replication.factor": str(replication),
+            "offsets.topic.num.partitions": "5",
+            "transaction.state.log.replication.factor": str(replication),
+            "transaction.state.log.min.isr": str(min_isr),
+            "transaction.state.log.num.partitions": "5",
+            "group.initial.rebalance.delay.ms": "0",
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
+            "zookeeper.session.timeout.ms": "6000",
+        }
         config.update(self.extra_config)
         return "".join(f"{k}={v}\n" for k, v in config.items())
 
@@ -523,7 +561,7 @@ class LocalKafka:
                 shutil.rmtree(old)
         names = list(SECURE_LISTENERS) if self.secure else []
         per_node = 2 + len(names)
-        ports = _free_ports(per_node * self.nodes)
+        ports = _free_ports(per_node * self.nodes + (1 if self.zookeeper else 0))
         nodes: list[dict[str, Any]] = []
         for i in range(self.nodes):
             props = self.node_dir(i) / "server.properties"
@@ -538,6 +576,19 @@ class LocalKafka:
             shutil.rmtree(self.tls.directory, ignore_errors=True)
             make_tls_files(self.tls.directory)
         cluster_id = _kafka_cluster_id()
+        zk: dict[str, Any] | None = None
+        if self.zookeeper:
+            zk_dir = self.state_dir / "zookeeper"
+            shutil.rmtree(zk_dir, ignore_errors=True)
+            (zk_dir / "data").mkdir(parents=True)
+            zk = {"port": ports[-1], "pid": None, "marker": str(zk_dir / "zoo.cfg")}
+            self._zk_port = int(zk["port"])
+            (zk_dir / "zoo.cfg").write_text(
+                f"dataDir={zk_dir / 'data'}\nclientPort={zk['port']}\n"
+                f"clientPortAddress={_HOST}\ntickTime=2000\nmaxClientCnxns=0\n"
+                "admin.enableServer=false\n4lw.commands.whitelist=srvr,ruok\n")
+            (zk_dir / "log4j.properties").write_text(
+                log4j1_properties(zk_dir / "zookeeper.log"))
         for i in range(self.nodes):
             d = self.node_dir(i)
             (d / "data").mkdir(parents=True)
@@ -546,9 +597,48 @@ class LocalKafka:
         state: dict[str, Any] = {"kafka_version": self.kafka_version, "cluster_id": cluster_id,
                                  "state": "formatting", "created": time.time(),
                                  "watchdog_pid": None, "secure": self.secure, "nodes": nodes}
+        if zk is not None:
+            state["zookeeper"] = zk
         self._save(state)
-        self._format(cluster_id)
+        if zk is None:
+            self._format(cluster_id)
         return state
+
+    # ---- ZooKeeper (Kafka 2.x) ----------------------------------------------------------
+
+    def _ensure_zookeeper(self, state: dict[str, Any], timeout: float = 60.0) -> None:
+        """Start the cluster's ZooKeeper server if it has one and it does not run, and
+        wait until it answers ``ruok``."""
+        zk = state.get("zookeeper")
+        if not zk or _pid_alive(zk.get("pid"), zk.get("marker")):
+            return
+        zk_dir = self.state_dir / "zookeeper"
+        version = str(state.get("kafka_version") or self.kafka_version)
+        argv = [java_executable(), "-Xms128m", "-Xmx256m", "-XX:+UseSerialGC",
+                "-Djava.awt.headless=true",
+                log4j_jvm_option(version, zk_dir / "log4j.properties"),
+                "-cp", java_classpath(version),
+                "org.apache.zookeeper.server.ZooKeeperServerMain", str(zk_dir / "zoo.cfg")]
+        zk["pid"] = _spawn(argv, zk_dir / "stdout.log")
+        self._save(state)
+        deadline = time.monotonic() + timeout
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(
+                    (_HOST, int(zk["port"])), timeout=1.0) as conn:
+                conn.sendall(b"ruok")
+                if conn.recv(4) == b"imok":
+                    return
+            if not _pid_alive(zk["pid"], zk.get("marker")) or time.monotonic() > deadline:
+                log = _tail(_read_from(zk_dir / "zookeeper.log"), 40)
+                raise BrokerStartError(f"ZooKeeper did not start on {_HOST}:{zk['port']}",
+                                       log)
+            time.sleep(_POLL)
+
+    def _stop_zookeeper(self, state: dict[str, Any], timeout: float) -> None:
+        zk = state.get("zookeeper")
+        if zk and zk.get("pid"):
+            _terminate({int(zk["pid"]): zk.get("marker")}, timeout)
+            zk["pid"] = None
 
     def _format(self, cluster_id: str, timeout: float = 120.0) -> None:
         procs = []
@@ -665,6 +755,7 @@ class LocalKafka:
             return
         pids = {int(n["pid"]): n.get("marker") for n in state.get("nodes", []) if n.get("pid")}
         _terminate(pids, 15.0)
+        self._stop_zookeeper(state, 10.0)
         wd = state.get("watchdog_pid")
         if wd and _pid_alive(wd, "aioproducer-devbroker-watchdog"):
             _signal(wd, signal.SIGTERM)
@@ -693,6 +784,7 @@ class LocalKafka:
         for attempt in range(3):
             state = self._prepare()
             try:
+                self._ensure_zookeeper(state)
                 for i in range(self.nodes):
                     self._spawn_node(state, i)
                 state["state"] = "running"
@@ -729,6 +821,7 @@ class LocalKafka:
             node["pid"] = None
             with contextlib.suppress(OSError):
                 (self.node_dir(i) / "pid").unlink()
+        self._stop_zookeeper(state, timeout)  # after the brokers: they shut down through it
         wd = state.get("watchdog_pid")
         if wd and _pid_alive(wd, "aioproducer-devbroker-watchdog"):
             _signal(wd, signal.SIGTERM)
@@ -803,6 +896,7 @@ class LocalKafka:
         if state.get("state") != "running":
             raise RuntimeError("the cluster is stopped: use start()")
         if not _pid_alive(node.get("pid"), node.get("marker")):
+            self._ensure_zookeeper(state)
             self._spawn_node(state, i)
             self._ensure_watchdog(state)
             self._save(state)

@@ -26,9 +26,10 @@ from .common import _tail
 
 KAFKA_VERSION = "4.3.1"
 # The releases the broker compatibility tests run (tests/broker/test_broker_versions.py),
-# oldest first: the newest patch of each minor line tested. 3.7 is the oldest KRaft
-# release with everything the suite's matrix needs (see docs/install.md).
-KAFKA_VERSIONS = ("3.7.2", "3.9.2", KAFKA_VERSION)
+# oldest first, the newest patch of each line: 2.8 is the oldest broker the producer
+# supports (the first with Produce v9; it runs with ZooKeeper here), 3.7 and 3.9 the
+# last 3.x lines (KRaft), then the 4.x the project develops on (docs/install.md).
+KAFKA_VERSIONS = ("2.8.2", "3.7.2", "3.9.2", KAFKA_VERSION)
 SCALA_VERSION = "2.13"
 _LOG4J_VERSION = "2.24.3"
 _SLF4J_VERSION = "2.0.17"
@@ -67,7 +68,7 @@ def cache_root() -> Path:
 
 
 def kafka_major(version: str | None = None) -> int:
-    """The major version of ``version`` (default ``KAFKA_VERSION``): 3 or 4."""
+    """The major version of ``version`` (default ``KAFKA_VERSION``): 2, 3 or 4."""
     return int((version or KAFKA_VERSION).split(".", 1)[0])
 
 
@@ -101,8 +102,9 @@ _ARTIFACTS = _artifacts(KAFKA_VERSION)
 
 
 def _keep_jar(jar: Path) -> bool:
-    """Kafka 3.x's ZooKeeper dependency brings logback: a second slf4j binding, left out."""
-    return not jar.name.startswith("logback-")
+    """One slf4j binding, reload4j's: ZooKeeper's logback (Kafka 3.x) and Kafka 2.x's
+    own log4j 1.2.17 and its binding are left out."""
+    return not jar.name.startswith(("logback-", "slf4j-log4j12-", "log4j-1."))
 
 
 def maven_pom(project: Artifact, dependencies: Sequence[Artifact]) -> str:
@@ -235,8 +237,6 @@ def ensure_kafka_libs(version: str | None = None) -> Path:
     while the others wait, and a marker file written last says the directory is complete.
     """
     version = version or KAFKA_VERSION
-    if kafka_major(version) < 3:
-        raise KafkaLibsError(f"Kafka {version}: the local broker runs KRaft only (3.x, 4.x)")
     root = cache_dir(version)
     libs = root / "libs"
     if _libs_complete(root, version):
