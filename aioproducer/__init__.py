@@ -56,8 +56,7 @@ else:
             return GroupMetadata
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-
-__version__ = "0.1.0"
+from ._version import __version__
 
 __all__ = [
     "AuthenticationError",

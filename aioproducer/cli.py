@@ -633,6 +633,18 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"aioproducer: error: {message} (see '{self.prog} --help')\n")
 
 
+def _version_line() -> str:
+    """``aioproducer X.Y.Z (CPython 3.12.1, GIL on)``: the package, the interpreter, and
+    whether the GIL runs (a free-threaded build re-enables it for the compiled core)."""
+    import platform
+
+    from ._version import __version__
+
+    gil = getattr(sys, "_is_gil_enabled", lambda: True)()
+    return (f"aioproducer {__version__} ({platform.python_implementation()} "
+            f"{platform.python_version()}, GIL {'on' if gil else 'off'})")
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="aioproducer", formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -648,6 +660,8 @@ def _build_parser() -> argparse.ArgumentParser:
     common.add_argument("--log-level", choices=_LOG_LEVELS, default=argparse.SUPPRESS,
                         help="log the producer's aioproducer.* loggers from this level, to "
                              "stderr (default: error)")
+    parser.add_argument("--version", action="version", version=_version_line(),
+                        help="print aioproducer's version (and Python's) and exit")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     parser.add_argument("--log-level", choices=_LOG_LEVELS, default="error",
                         help="log the producer's aioproducer.* loggers from this level, to "

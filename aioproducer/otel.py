@@ -156,7 +156,7 @@ def _api() -> Any:
 
 
 def _version() -> str:
-    from . import __version__
+    from ._version import __version__
     return __version__
 
 

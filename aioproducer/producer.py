@@ -627,7 +627,7 @@ class Producer:
 
         c = self.config
         resource = {"transactional_id": c.transactional_id} if c.transactional_id else {}
-        from . import __version__
+        from ._version import __version__
         from .telemetry import ClientTelemetry  # the push's code when it is on
         self._telemetry = ClientTelemetry(client, snapshot,
                                           request_timeout_ms=c.request_timeout_ms,

@@ -50,6 +50,7 @@ from .cluster import ClusterStatus, LocalKafka, NodeStatus, default_state_dir, r
 from .common import BrokerStartError
 from .jars import (
     KAFKA_VERSION,
+    KAFKA_VERSIONS,
     KafkaLibsError,
     cache_dir,
     ensure_kafka_libs,
@@ -73,6 +74,7 @@ __all__ = [
     "CLIENT_KEY_PASSWORD",
     "CLUSTER_RESOURCE",
     "KAFKA_VERSION",
+    "KAFKA_VERSIONS",
     "REAUTH_MS",
     "SASL_MECHANISMS",
     "SECURE_LISTENERS",

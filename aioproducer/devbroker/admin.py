@@ -12,7 +12,7 @@ import socket
 import ssl
 import struct
 from collections.abc import Mapping, Sequence
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.api_versions.v3.response import ApiVersionsResponse
@@ -23,6 +23,9 @@ from kio.schema.delete_acls.v3.response import DeleteAclsResponse
 from kio.schema.describe_acls.v3.request import DescribeAclsRequest
 from kio.schema.describe_acls.v3.response import DescribeAclsResponse
 from kio.schema.errors import ErrorCode
+from kio.schema.metadata.v11.request import MetadataRequest as MetadataRequest11
+from kio.schema.metadata.v11.request import MetadataRequestTopic as MetadataRequestTopic11
+from kio.schema.metadata.v11.response import MetadataResponse as MetadataResponse11
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.metadata.v12.response import MetadataResponse
 from kio.schema.request_header.v2.header import RequestHeader
@@ -94,7 +97,18 @@ def api_versions(address: str, timeout: float = 2.0, *,
 
 def fetch_metadata(address: str, topics: Sequence[str] | None = (),
                    timeout: float = 5.0) -> MetadataResponse:
-    """Send Metadata (v12) to ``host:port``: no topics by default, ``None`` for all."""
+    """Send Metadata (v12) to ``host:port``: no topics by default, ``None`` for all.
+
+    A broker older than Kafka 3.0 has no v12: it gets v11, whose answer has the same
+    fields but the topic ids (brokers, topics, partitions, leaders, errors)."""
+    versions = api_versions(address, timeout).api_keys
+    newest = max((int(k.max_version) for k in versions if int(k.api_key) == 3), default=12)
+    if newest < 12:
+        wanted11 = None if topics is None else tuple(
+            MetadataRequestTopic11(topic_id=None, name=TopicName(t)) for t in topics)
+        old = MetadataRequest11(topics=wanted11, allow_auto_topic_creation=False,
+                                include_topic_authorized_operations=False)
+        return cast(MetadataResponse, _request(address, old, MetadataResponse11, timeout))
     wanted = None if topics is None else tuple(
         MetadataRequestTopic(topic_id=None, name=TopicName(t)) for t in topics)
     request = MetadataRequest(topics=wanted, allow_auto_topic_creation=False,

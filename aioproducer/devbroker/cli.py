@@ -32,6 +32,9 @@ def _parser() -> argparse.ArgumentParser:
     start.add_argument("--timeout", type=float, default=120.0)
     start.add_argument("--ttl", type=float, default=None,
                        help="stop the cluster by itself after this many seconds")
+    start.add_argument("--kafka-version", default=None, metavar="VERSION",
+                       help=f"the Apache Kafka release to run (default {KAFKA_VERSION}; "
+                            "3.x and 4.x, fetched from Maven Central once)")
     start.add_argument("--secure", action="store_true",
                        help="the secured mode: TLS and SASL listeners, users, ACLs (see "
                             "LocalKafka)")
@@ -58,15 +61,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "start":
             status = cluster.status()
             if status.running and args.nodes in (None, len(status.nodes)) and (
-                    not args.secure or any(n.listeners for n in status.nodes)):
+                    not args.secure or any(n.listeners for n in status.nodes)) and (
+                    args.kafka_version in (None, status.kafka_version)):
                 print(status.bootstrap)
                 return 0
             nodes = args.nodes or (len(status.nodes) if status.nodes else 1)
             cluster = LocalKafka(state_dir, nodes, stop_with_owner=False, ttl=args.ttl,
-                                 secure=args.secure)
+                                 secure=args.secure, kafka_version=args.kafka_version)
             started = time.monotonic()
             bootstrap = cluster.start(timeout=args.timeout)
-            print(f"Kafka {KAFKA_VERSION}: {nodes} node(s) up in "
+            print(f"Kafka {cluster.kafka_version}: {nodes} node(s) up in "
                   f"{time.monotonic() - started:.1f} s; logs in {state_dir}/node-*/server.log")
             if args.secure:
                 print(cluster.status().describe())
@@ -100,6 +104,6 @@ def main(argv: list[str] | None = None) -> int:
             cluster.start_node(args.node, timeout=args.timeout)
         print(cluster.status().describe())
         return 0
-    except (BrokerStartError, KafkaLibsError, RuntimeError, IndexError) as exc:
+    except (BrokerStartError, KafkaLibsError, RuntimeError, IndexError, ValueError) as exc:
         print(f"aioproducer broker: error: {exc}", file=sys.stderr)
         return 1

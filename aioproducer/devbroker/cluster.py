@@ -13,6 +13,7 @@ import os
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -38,6 +39,10 @@ from .jars import (
     ensure_kafka_libs,
     java_classpath,
     java_executable,
+    kafka_major,
+    log4j1_properties,
+    log4j_file_name,
+    log4j_jvm_option,
 )
 from .process import (
     _WATCHDOG,
@@ -130,6 +135,7 @@ class ClusterStatus:
     state_dir: Path
     nodes: tuple[NodeStatus, ...]
     bootstrap: str | None
+    kafka_version: str = KAFKA_VERSION
 
     @property
     def running(self) -> bool:
@@ -144,7 +150,8 @@ class ClusterStatus:
     def describe(self) -> str:
         if not self.nodes:
             return f"no Kafka cluster in {self.state_dir}"
-        lines = [f"Kafka {KAFKA_VERSION}, {len(self.nodes)} node(s), state in {self.state_dir}"]
+        lines = [f"Kafka {self.kafka_version}, {len(self.nodes)} node(s), "
+                 f"state in {self.state_dir}"]
         for n in self.nodes:
             what = ("up" if n.answering else "running, not answering") if n.alive else "down"
             pid = f"pid {n.pid}" if n.alive else "no process"
@@ -184,15 +191,30 @@ class LocalKafka:
     PLAINTEXT listener (``bootstrap``, User:ANONYMOUS) may do anything, other users what
     ACLs allow (``add_acls``, ``grant_producer``). ``listener_bootstrap(name)`` gives the
     addresses of a listener.
+
+    ``kafka_version`` runs another Apache Kafka release than ``KAFKA_VERSION`` (3.x or
+    4.x, fetched from Maven Central like the default; the broker compatibility tests run
+    ``KAFKA_VERSIONS``). Every release gets the same KRaft layout: combined
+    broker+controller nodes, a static voter set (``controller.quorum.voters``), the
+    CONTROLLER listener never advertised; Kafka 3.x logs through log4j 1. Kafka 2.x (the
+    oldest supported broker is 2.8: Produce v9) runs with ZooKeeper instead: one
+    ZooKeeper server (from Kafka's own dependencies, ``<state_dir>/zookeeper/``) on
+    127.0.0.1, started before the nodes and stopped after them; no secured mode there.
     """
 
     def __init__(self, state_dir: str | os.PathLike[str], nodes: int = 1, *,
                  extra_config: Mapping[str, str] | None = None, stop_with_owner: bool = True,
                  ttl: float | None = None, secure: bool = False,
                  features: Mapping[str, int] | None = None,
-                 extra_classpath: Sequence[str | os.PathLike[str]] = ()) -> None:
+                 extra_classpath: Sequence[str | os.PathLike[str]] = (),
+                 kafka_version: str | None = None) -> None:
         if nodes < 1:
             raise ValueError("nodes must be at least 1")
+        self.kafka_version = kafka_version or KAFKA_VERSION
+        self.zookeeper = kafka_major(self.kafka_version) < 3
+        if self.zookeeper and (secure or features):
+            raise ValueError(f"Kafka {self.kafka_version} runs with ZooKeeper here: no "
+                             "secured mode, no features")
         self.state_dir = Path(state_dir).expanduser().absolute()
         self.nodes = nodes
         self.secure = secure
@@ -202,6 +224,7 @@ class LocalKafka:
         self.stop_with_owner = stop_with_owner
         self.ttl = ttl
         self._log_offsets: dict[int, tuple[int, int]] = {}
+        self._zk_port = 0
 
     # ---- state ------------------------------------------------------------------------
 
@@ -378,7 +401,7 @@ class LocalKafka:
     def status(self, probe_timeout: float = 1.0) -> ClusterStatus:
         state = self._load()
         if state is None or not state.get("nodes"):
-            return ClusterStatus(self.state_dir, (), None)
+            return ClusterStatus(self.state_dir, (), None, self.kafka_version)
         nodes = []
         for i, node in enumerate(state["nodes"]):
             alive = state.get("state") == "running" and _pid_alive(node.get("pid"),
@@ -395,7 +418,8 @@ class LocalKafka:
                                     int(node["broker_port"]), int(node["controller_port"]),
                                     alive, answering, listeners))
         bootstrap = ",".join(f"{_HOST}:{n.broker_port}" for n in nodes)
-        return ClusterStatus(self.state_dir, tuple(nodes), bootstrap)
+        return ClusterStatus(self.state_dir, tuple(nodes), bootstrap,
+                             str(state.get("kafka_version") or KAFKA_VERSION))
 
     def is_running(self) -> bool:
         return self.status().running
@@ -422,6 +446,8 @@ class LocalKafka:
                                *(f"{name}://{_HOST}:{port}" for name, port in extra.items())])
         protocols = ",".join(["PLAINTEXT:PLAINTEXT", "CONTROLLER:PLAINTEXT",
                               *(f"{name}:{SECURE_LISTENERS[name]}" for name in extra)])
+        if self.zookeeper:
+            return self._zookeeper_server_properties(i, nodes, replication, min_isr)
         config: dict[str, str] = {
             "process.roles": "broker,controller",
             "node.id": str(me["node_id"]),
@@ -440,8 +466,6 @@ class LocalKafka:
             "transaction.state.log.replication.factor": str(replication),
             "transaction.state.log.min.isr": str(min_isr),
             "transaction.state.log.num.partitions": "5",
-            "share.coordinator.state.topic.replication.factor": str(replication),
-            "share.coordinator.state.topic.min.isr": str(min_isr),
             "group.initial.rebalance.delay.ms": "0",
             # Transactions left open past transaction_timeout_ms are aborted within a
             # second, not ten (so a test can watch it happen).
@@ -450,12 +474,48 @@ class LocalKafka:
             "broker.heartbeat.interval.ms": "1000",
             "broker.session.timeout.ms": "6000",
         }
+        if kafka_major(self.kafka_version) >= 4:  # share groups (KIP-932) came with 4.0
+            config["share.coordinator.state.topic.replication.factor"] = str(replication)
+            config["share.coordinator.state.topic.min.isr"] = str(min_isr)
         if extra:
             config.update(_secure_config(self.tls))
         config.update(self.extra_config)
         return "".join(f"{k}={v}\n" for k, v in config.items())
 
+    def _zookeeper_server_properties(self, i: int, nodes: list[dict[str, Any]],
+                                     replication: int, min_isr: int) -> str:
+        """A Kafka 2.x broker's configuration: ZooKeeper instead of KRaft (the port in
+        ``cluster.json``'s ``zookeeper``), one PLAINTEXT listener."""
+        me = nodes[i]
+        zk_port = self._zk_port
+        address = f"PLAINTEXT://{_HOST}:{me['broker_port']}"
+        config = {
+            "broker.id": str(me["node_id"]),
+            "zookeeper.connect": f"{_HOST}:{zk_port}",
+            "listeners": address,
+            "advertised.listeners": address,
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "log.dirs": str(self.node_dir(i) / "data"),
+            "auto.create.topics.enable": "false",
+            "num.partitions": "1",
+            "default.replication.factor": str(replication),
+            "offsets.topic.replication.factor": str(replication),
+            "offsets.topic.num.partitions": "5",
+            "transaction.state.log.replication.factor": str(replication),
+            "transaction.state.log.min.isr": str(min_isr),
+            "transaction.state.log.num.partitions": "5",
+            "group.initial.rebalance.delay.ms": "0",
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
+            "zookeeper.session.timeout.ms": "6000",
+        }
+        config.update(self.extra_config)
+        return "".join(f"{k}={v}\n" for k, v in config.items())
+
     def _log4j_config(self, i: int) -> str:
+        if kafka_major(self.kafka_version) < 4:
+            return log4j1_properties(self.server_log(i), quiet=(
+                "kafka.request.logger", "org.apache.kafka.clients"))
         log = json.dumps(str(self.server_log(i)))
         return f"""Configuration:
   status: error
@@ -478,7 +538,9 @@ class LocalKafka:
         level: WARN
 """
 
-    def _jvm_command(self, i: int) -> list[str]:
+    def _jvm_command(self, i: int, version: str) -> list[str]:
+        """Node ``i``'s JVM, of the Kafka ``version`` its storage was formatted with (the
+        state's, so that ``start_node`` from another ``LocalKafka`` runs the same one)."""
         heap = shlex.split(os.environ.get("AIOPRODUCER_BROKER_HEAP", "") or "1g")
         if len(heap) == 1 and heap[0][:1].isdigit():
             heap = [f"-Xms{heap[0]}", f"-Xmx{heap[0]}"]  # AIOPRODUCER_BROKER_HEAP=2g
@@ -486,9 +548,9 @@ class LocalKafka:
         return [java_executable(), *heap, "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
                 "-XX:InitiatingHeapOccupancyPercent=35", "-XX:+ExplicitGCInvokesConcurrent",
                 "-Djava.awt.headless=true",
-                f"-Dlog4j2.configurationFile={node_dir / 'log4j2.yaml'}",
+                log4j_jvm_option(version, node_dir / log4j_file_name(version)),
                 f"-Dkafka.logs.dir={node_dir}",
-                "-cp", os.pathsep.join([java_classpath(), *self.extra_classpath]),
+                "-cp", os.pathsep.join([java_classpath(version), *self.extra_classpath]),
                 "kafka.Kafka", str(node_dir / "server.properties")]
 
     def _prepare(self) -> dict[str, Any]:
@@ -499,7 +561,7 @@ class LocalKafka:
                 shutil.rmtree(old)
         names = list(SECURE_LISTENERS) if self.secure else []
         per_node = 2 + len(names)
-        ports = _free_ports(per_node * self.nodes)
+        ports = _free_ports(per_node * self.nodes + (1 if self.zookeeper else 0))
         nodes: list[dict[str, Any]] = []
         for i in range(self.nodes):
             props = self.node_dir(i) / "server.properties"
@@ -514,17 +576,69 @@ class LocalKafka:
             shutil.rmtree(self.tls.directory, ignore_errors=True)
             make_tls_files(self.tls.directory)
         cluster_id = _kafka_cluster_id()
+        zk: dict[str, Any] | None = None
+        if self.zookeeper:
+            zk_dir = self.state_dir / "zookeeper"
+            shutil.rmtree(zk_dir, ignore_errors=True)
+            (zk_dir / "data").mkdir(parents=True)
+            zk = {"port": ports[-1], "pid": None, "marker": str(zk_dir / "zoo.cfg")}
+            self._zk_port = int(zk["port"])
+            (zk_dir / "zoo.cfg").write_text(
+                f"dataDir={zk_dir / 'data'}\nclientPort={zk['port']}\n"
+                f"clientPortAddress={_HOST}\ntickTime=2000\nmaxClientCnxns=0\n"
+                "admin.enableServer=false\n4lw.commands.whitelist=srvr,ruok\n")
+            (zk_dir / "log4j.properties").write_text(
+                log4j1_properties(zk_dir / "zookeeper.log"))
         for i in range(self.nodes):
             d = self.node_dir(i)
             (d / "data").mkdir(parents=True)
             (d / "server.properties").write_text(self._server_properties(i, nodes))
-            (d / "log4j2.yaml").write_text(self._log4j_config(i))
-        state: dict[str, Any] = {"kafka_version": KAFKA_VERSION, "cluster_id": cluster_id,
+            (d / log4j_file_name(self.kafka_version)).write_text(self._log4j_config(i))
+        state: dict[str, Any] = {"kafka_version": self.kafka_version, "cluster_id": cluster_id,
                                  "state": "formatting", "created": time.time(),
                                  "watchdog_pid": None, "secure": self.secure, "nodes": nodes}
+        if zk is not None:
+            state["zookeeper"] = zk
         self._save(state)
-        self._format(cluster_id)
+        if zk is None:
+            self._format(cluster_id)
         return state
+
+    # ---- ZooKeeper (Kafka 2.x) ----------------------------------------------------------
+
+    def _ensure_zookeeper(self, state: dict[str, Any], timeout: float = 60.0) -> None:
+        """Start the cluster's ZooKeeper server if it has one and it does not run, and
+        wait until it answers ``ruok``."""
+        zk = state.get("zookeeper")
+        if not zk or _pid_alive(zk.get("pid"), zk.get("marker")):
+            return
+        zk_dir = self.state_dir / "zookeeper"
+        version = str(state.get("kafka_version") or self.kafka_version)
+        argv = [java_executable(), "-Xms128m", "-Xmx256m", "-XX:+UseSerialGC",
+                "-Djava.awt.headless=true",
+                log4j_jvm_option(version, zk_dir / "log4j.properties"),
+                "-cp", java_classpath(version),
+                "org.apache.zookeeper.server.ZooKeeperServerMain", str(zk_dir / "zoo.cfg")]
+        zk["pid"] = _spawn(argv, zk_dir / "stdout.log")
+        self._save(state)
+        deadline = time.monotonic() + timeout
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(
+                    (_HOST, int(zk["port"])), timeout=1.0) as conn:
+                conn.sendall(b"ruok")
+                if conn.recv(4) == b"imok":
+                    return
+            if not _pid_alive(zk["pid"], zk.get("marker")) or time.monotonic() > deadline:
+                log = _tail(_read_from(zk_dir / "zookeeper.log"), 40)
+                raise BrokerStartError(f"ZooKeeper did not start on {_HOST}:{zk['port']}",
+                                       log)
+            time.sleep(_POLL)
+
+    def _stop_zookeeper(self, state: dict[str, Any], timeout: float) -> None:
+        zk = state.get("zookeeper")
+        if zk and zk.get("pid"):
+            _terminate({int(zk["pid"]): zk.get("marker")}, timeout)
+            zk["pid"] = None
 
     def _format(self, cluster_id: str, timeout: float = 120.0) -> None:
         procs = []
@@ -536,7 +650,7 @@ class LocalKafka:
                 cmd = _tool_command("kafka.tools.StorageTool",
                                     ["format", "-t", cluster_id, "-c",
                                      str(self.node_dir(i) / "server.properties"), *scram,
-                                     *feats], ())
+                                     *feats], (), self.kafka_version)
                 procs.append(subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
                                               stdout=subprocess.PIPE,
                                               stderr=subprocess.STDOUT, text=True))
@@ -570,7 +684,8 @@ class LocalKafka:
             except OSError:
                 offsets.append(0)
         self._log_offsets[i] = (offsets[0], offsets[1])
-        pid = _spawn(self._jvm_command(i), out)
+        version = str(state.get("kafka_version") or KAFKA_VERSION)
+        pid = _spawn(self._jvm_command(i, version), out)
         (node_dir / "pid").write_text(f"{pid}\n")
         self._node(state, i)["pid"] = pid
 
@@ -640,6 +755,7 @@ class LocalKafka:
             return
         pids = {int(n["pid"]): n.get("marker") for n in state.get("nodes", []) if n.get("pid")}
         _terminate(pids, 15.0)
+        self._stop_zookeeper(state, 10.0)
         wd = state.get("watchdog_pid")
         if wd and _pid_alive(wd, "aioproducer-devbroker-watchdog"):
             _signal(wd, signal.SIGTERM)
@@ -655,18 +771,20 @@ class LocalKafka:
         """
         state = self._load()
         if state and state.get("state") == "running" and len(state.get("nodes", [])) == (
-                self.nodes) and bool(state.get("secure")) == self.secure:
+                self.nodes) and bool(state.get("secure")) == self.secure and state.get(
+                "kafka_version", KAFKA_VERSION) == self.kafka_version:
             status = self.status()
             if status.running:
                 with contextlib.suppress(BrokerStartError):
                     self._wait_ready(time.monotonic() + 10.0, 10.0)
                     return self.bootstrap
         self._kill_leftovers()
-        ensure_kafka_libs()
+        ensure_kafka_libs(self.kafka_version)
         deadline = time.monotonic() + timeout
         for attempt in range(3):
             state = self._prepare()
             try:
+                self._ensure_zookeeper(state)
                 for i in range(self.nodes):
                     self._spawn_node(state, i)
                 state["state"] = "running"
@@ -703,6 +821,7 @@ class LocalKafka:
             node["pid"] = None
             with contextlib.suppress(OSError):
                 (self.node_dir(i) / "pid").unlink()
+        self._stop_zookeeper(state, timeout)  # after the brokers: they shut down through it
         wd = state.get("watchdog_pid")
         if wd and _pid_alive(wd, "aioproducer-devbroker-watchdog"):
             _signal(wd, signal.SIGTERM)
@@ -777,6 +896,7 @@ class LocalKafka:
         if state.get("state") != "running":
             raise RuntimeError("the cluster is stopped: use start()")
         if not _pid_alive(node.get("pid"), node.get("marker")):
+            self._ensure_zookeeper(state)
             self._spawn_node(state, i)
             self._ensure_watchdog(state)
             self._save(state)
@@ -788,7 +908,8 @@ class LocalKafka:
         """Restart the nodes that are down (or start the cluster); returns the bootstrap."""
         state = self._load()
         if state is None or state.get("state") != "running" or len(state["nodes"]) != (
-                self.nodes) or bool(state.get("secure")) != self.secure:
+                self.nodes) or bool(state.get("secure")) != self.secure or state.get(
+                "kafka_version", KAFKA_VERSION) != self.kafka_version:
             return self.start(timeout)
         deadline = time.monotonic() + timeout
         self.resume_all()  # a paused node is alive but would never answer
@@ -807,7 +928,9 @@ class LocalKafka:
 
     def __repr__(self) -> str:
         secure = ", secure=True" if self.secure else ""
-        return f"LocalKafka({str(self.state_dir)!r}, nodes={self.nodes}{secure})"
+        version = (f", kafka_version={self.kafka_version!r}"
+                   if self.kafka_version != KAFKA_VERSION else "")
+        return f"LocalKafka({str(self.state_dir)!r}, nodes={self.nodes}{secure}{version})"
 
 
 def running_bootstrap(state_dir: str | os.PathLike[str] | None = None) -> str | None:

@@ -1,6 +1,12 @@
 """The Kafka jars: fetched once from Maven Central with ``mvn``
 (``dependency:copy-dependencies``) into a cache directory, and the ``java`` command
-lines built on them (``java_classpath``, ``run_java``)."""
+lines built on them (``java_classpath``, ``run_java``).
+
+``KAFKA_VERSION`` is the broker the project develops and tests against; the functions
+that take a ``version`` also fetch and run the older releases of ``KAFKA_VERSIONS``
+(the broker compatibility tests). Kafka 3.x logs through log4j 1 (reload4j, configured
+by a ``.properties`` file), 4.x through log4j 2 (a YAML file): ``log4j_jvm_option``
+and ``log4j_config`` pick the right one."""
 
 from __future__ import annotations
 
@@ -19,9 +25,17 @@ from pathlib import Path
 from .common import _tail
 
 KAFKA_VERSION = "4.3.1"
+# The releases the broker compatibility tests run (tests/broker/test_broker_versions.py),
+# oldest first, the newest patch of each line: 2.8 is the oldest broker the producer
+# supports (the first with Produce v9; it runs with ZooKeeper here), 3.7 and 3.9 the
+# last 3.x lines (KRaft), then the 4.x the project develops on (docs/install.md).
+KAFKA_VERSIONS = ("2.8.2", "3.7.2", "3.9.2", KAFKA_VERSION)
 SCALA_VERSION = "2.13"
 _LOG4J_VERSION = "2.24.3"
 _SLF4J_VERSION = "2.0.17"
+# Kafka 3.x: slf4j 1.7 bound to reload4j (log4j 1), as Kafka's own distribution ships.
+_RELOAD4J_VERSION = "1.2.25"
+_SLF4J1_VERSION = "1.7.36"
 
 _MARKER = ".complete"
 _MVN_TIMEOUT = 900.0
@@ -53,9 +67,14 @@ def cache_root() -> Path:
     return root.absolute()
 
 
-def cache_dir() -> Path:
+def kafka_major(version: str | None = None) -> int:
+    """The major version of ``version`` (default ``KAFKA_VERSION``): 2, 3 or 4."""
+    return int((version or KAFKA_VERSION).split(".", 1)[0])
+
+
+def cache_dir(version: str | None = None) -> Path:
     """Where the Kafka jars are kept (``kafka-<version>/`` under ``cache_root()``)."""
-    return cache_root() / f"kafka-{KAFKA_VERSION}"
+    return cache_root() / f"kafka-{version or KAFKA_VERSION}"
 
 
 # --------------------------------------------------------------------------------------
@@ -65,13 +84,27 @@ def cache_dir() -> Path:
 Artifact = tuple[str, str, str]
 """A Maven artifact: (groupId, artifactId, version)."""
 
-_ARTIFACTS: tuple[Artifact, ...] = (
-    ("org.apache.kafka", f"kafka_{SCALA_VERSION}", KAFKA_VERSION),
-    ("org.apache.kafka", "kafka-tools", KAFKA_VERSION),
-    ("org.apache.logging.log4j", "log4j-slf4j2-impl", _LOG4J_VERSION),
-    ("org.apache.logging.log4j", "log4j-core", _LOG4J_VERSION),
-    ("org.slf4j", "slf4j-api", _SLF4J_VERSION),
-)
+def _artifacts(version: str) -> tuple[Artifact, ...]:
+    kafka = (("org.apache.kafka", f"kafka_{SCALA_VERSION}", version),
+             ("org.apache.kafka", "kafka-tools", version))
+    if kafka_major(version) >= 4:
+        return (*kafka,
+                ("org.apache.logging.log4j", "log4j-slf4j2-impl", _LOG4J_VERSION),
+                ("org.apache.logging.log4j", "log4j-core", _LOG4J_VERSION),
+                ("org.slf4j", "slf4j-api", _SLF4J_VERSION))
+    return (*kafka,
+            ("ch.qos.reload4j", "reload4j", _RELOAD4J_VERSION),
+            ("org.slf4j", "slf4j-reload4j", _SLF4J1_VERSION),
+            ("org.slf4j", "slf4j-api", _SLF4J1_VERSION))
+
+
+_ARTIFACTS = _artifacts(KAFKA_VERSION)
+
+
+def _keep_jar(jar: Path) -> bool:
+    """One slf4j binding, reload4j's: ZooKeeper's logback (Kafka 3.x) and Kafka 2.x's
+    own log4j 1.2.17 and its binding are left out."""
+    return not jar.name.startswith(("logback-", "slf4j-log4j12-", "log4j-1."))
 
 
 def maven_pom(project: Artifact, dependencies: Sequence[Artifact]) -> str:
@@ -97,17 +130,22 @@ def maven_pom(project: Artifact, dependencies: Sequence[Artifact]) -> str:
 """
 
 
-_REQUIRED_JARS = (f"kafka_{SCALA_VERSION}-{KAFKA_VERSION}.jar", f"kafka-tools-{KAFKA_VERSION}.jar")
+def _required_jars(version: str) -> tuple[str, ...]:
+    return (f"kafka_{SCALA_VERSION}-{version}.jar", f"kafka-tools-{version}.jar")
 
 
-def _libs_complete(root: Path) -> bool:
+_REQUIRED_JARS = _required_jars(KAFKA_VERSION)
+
+
+def _libs_complete(root: Path, version: str = KAFKA_VERSION) -> bool:
     try:
         marker = json.loads((root / _MARKER).read_text())
         jars = {p.name for p in (root / "libs").glob("*.jar")}
     except (OSError, ValueError):
         return False
-    return (isinstance(marker, dict) and marker.get("version") == KAFKA_VERSION
-            and len(jars) == marker.get("jars") and all(j in jars for j in _REQUIRED_JARS))
+    return (isinstance(marker, dict) and marker.get("version") == version
+            and len(jars) == marker.get("jars")
+            and all(j in jars for j in _required_jars(version)))
 
 
 @contextlib.contextmanager
@@ -191,26 +229,28 @@ def fetch_maven_artifacts(root: Path, artifacts: Sequence[Artifact], *, what: st
     return jars
 
 
-def ensure_kafka_libs() -> Path:
-    """The directory of Kafka's jars (and its dependencies), fetched with ``mvn`` if needed.
+def ensure_kafka_libs(version: str | None = None) -> Path:
+    """The directory of Kafka's jars (and its dependencies), fetched with ``mvn`` if needed;
+    ``version`` is a Kafka release (default ``KAFKA_VERSION``; 3.x and 4.x work).
 
     Safe to call from several processes at once: a file lock makes one of them fetch
     while the others wait, and a marker file written last says the directory is complete.
     """
-    root = cache_dir()
+    version = version or KAFKA_VERSION
+    root = cache_dir(version)
     libs = root / "libs"
-    if _libs_complete(root):
+    if _libs_complete(root, version):
         return libs
     root.mkdir(parents=True, exist_ok=True)
     with _file_lock(root / ".lock", _MVN_TIMEOUT + 60):
-        if _libs_complete(root):
+        if _libs_complete(root, version):
             return libs
         jars = fetch_maven_artifacts(
-            root, _ARTIFACTS, what=f"Apache Kafka {KAFKA_VERSION}",
-            project=("aioproducer.devbroker", "kafka-dist", KAFKA_VERSION),
-            required=_REQUIRED_JARS)
+            root, _artifacts(version), what=f"Apache Kafka {version}",
+            project=("aioproducer.devbroker", "kafka-dist", version),
+            required=_required_jars(version), keep=_keep_jar)
         tmp = root / (_MARKER + ".tmp")
-        tmp.write_text(json.dumps({"version": KAFKA_VERSION, "jars": len(jars)}))
+        tmp.write_text(json.dumps({"version": version, "jars": len(jars)}))
         tmp.replace(root / _MARKER)
     return libs
 
@@ -227,9 +267,9 @@ def java_executable() -> str:
     return found
 
 
-def java_classpath() -> str:
+def java_classpath(version: str | None = None) -> str:
     """A ``-cp`` value holding Kafka, its tools and their dependencies."""
-    return str(ensure_kafka_libs() / "*")
+    return str(ensure_kafka_libs(version) / "*")
 
 
 _TOOLS_LOG4J = """Configuration:
@@ -248,20 +288,53 @@ _TOOLS_LOG4J = """Configuration:
 """
 
 
-def _tools_log4j_config() -> Path:
-    path = cache_dir() / "tools-log4j2.yaml"
-    if not path.is_file() or path.read_text() != _TOOLS_LOG4J:
+def log4j1_properties(file: str | os.PathLike[str] | None, *, level: str = "INFO",
+                      quiet: Sequence[str] = ()) -> str:
+    """Kafka 3.x's logging configuration (log4j 1 properties, read by reload4j):
+    everything from ``level`` into ``file`` (stderr when None), the ``quiet`` loggers
+    from WARN. Kafka 4.x reads log4j 2's YAML instead (see ``log4j_jvm_option``)."""
+    if file is None:
+        out = ("log4j.appender.out=org.apache.log4j.ConsoleAppender\n"
+               "log4j.appender.out.Target=System.err\n")
+    else:
+        out = ("log4j.appender.out=org.apache.log4j.FileAppender\n"
+               f"log4j.appender.out.File={os.fspath(file)}\n"
+               "log4j.appender.out.Append=true\n")
+    return (f"log4j.rootLogger={level}, out\n{out}"
+            "log4j.appender.out.layout=org.apache.log4j.PatternLayout\n"
+            "log4j.appender.out.layout.ConversionPattern=[%d] %p %m (%c)%n\n"
+            + "".join(f"log4j.logger.{name}=WARN\n" for name in quiet))
+
+
+def log4j_file_name(version: str | None) -> str:
+    """``log4j2.yaml`` for Kafka 4, ``log4j.properties`` for Kafka 3."""
+    return "log4j2.yaml" if kafka_major(version) >= 4 else "log4j.properties"
+
+
+def log4j_jvm_option(version: str | None, path: Path) -> str:
+    """The JVM option that points Kafka ``version``'s logging at the file ``path``."""
+    if kafka_major(version) >= 4:
+        return f"-Dlog4j2.configurationFile={path}"
+    return f"-Dlog4j.configuration={path.as_uri()}"
+
+
+def _tools_log4j_config(version: str | None = None) -> Path:
+    text = (_TOOLS_LOG4J if kafka_major(version) >= 4
+            else log4j1_properties(None, level="WARN"))
+    path = cache_dir(version) / f"tools-{log4j_file_name(version)}"
+    if not path.is_file() or path.read_text() != text:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(_TOOLS_LOG4J)
+        tmp.write_text(text)
         tmp.replace(path)
     return path
 
 
-def _tool_command(target: str, args: Sequence[str], jvm_args: Sequence[str]) -> list[str]:
+def _tool_command(target: str, args: Sequence[str], jvm_args: Sequence[str],
+                  version: str | None = None) -> list[str]:
     return [java_executable(), "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-            "-Djava.awt.headless=true", f"-Dlog4j2.configurationFile={_tools_log4j_config()}",
-            *jvm_args, "-cp", java_classpath(), target, *args]
+            "-Djava.awt.headless=true", log4j_jvm_option(version, _tools_log4j_config(version)),
+            *jvm_args, "-cp", java_classpath(version), target, *args]
 
 
 def run_java(main_class_or_source_file: str | os.PathLike[str], args: Sequence[str] = (),

@@ -225,6 +225,9 @@ while True:
         tmp.write_text(json.dumps(state, indent=2))
         tmp.replace(state_file)
         nodes = [(n.get("pid"), n.get("marker")) for n in state.get("nodes", [])]
+        zk = state.get("zookeeper") or {}
+        if zk.get("pid"):  # Kafka 2.x: its ZooKeeper server too
+            nodes.append((zk.get("pid"), zk.get("marker")))
         for pid, marker in nodes:
             if alive(pid, marker):
                 os.kill(pid, signal.SIGTERM)

@@ -44,6 +44,7 @@ from kio.schema.index import api_key_map
 from kio.serial import entity_writer
 from kio.static.protocol import RequestPayload, ResponsePayload
 
+from .._version import __version__
 from ..errors import (
     KafkaConnectionError,
     KafkaError,
@@ -86,7 +87,7 @@ _WRITEV = hasattr(os, "writev")
 _IOV_MAX = 1024 if _WRITEV else 0
 _SIZE: Final = struct.Struct(">i")
 _SOFTWARE_NAME: Final = "aioproducer"
-_SOFTWARE_VERSION: Final = "0.1.0"
+_SOFTWARE_VERSION: Final = __version__
 
 if TYPE_CHECKING:
     _ApiVersionsResponse: TypeAlias = (

@@ -272,7 +272,7 @@ def test_registered_through_the_entry_point(pytester: pytest.Pytester, child_env
     ''')
     result = run_child(pytester, "--trace-config")
     assert_clean(result, passed=1)
-    result.stdout.fnmatch_lines(["*aioproducer-0.1.0*"])
+    result.stdout.fnmatch_lines([f"*aioproducer-{aioproducer.__version__}*"])
 
     # -p no:aioproducer turns it off.
     pytester.makepyfile(test_off='''

@@ -18,7 +18,7 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_ruff_clean() -> None:
-    r = _run("ruff", "check", "aioproducer", "tests", "bench", "fuzz", "setup.py")
+    r = _run("ruff", "check", "aioproducer", "tests", "bench", "fuzz", "tools", "setup.py")
     assert r.returncode == 0, r.stdout + r.stderr
 
 
