@@ -9,7 +9,6 @@ takes batches from the head (``ready`` then ``drain``). Memory comes from the na
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sized
@@ -17,19 +16,18 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ._native import BATCH_HEADER_SIZE, Appender, Block, BufferPool, ProducerBatch
+from ._native import BATCH_HEADER_SIZE, Appender, Block, ProducerBatch
 from ._native.batch import record_size_upper_bound
 from .backoff import ExponentialBackoff
 from .batch_split import records_of_batch
 from .compression import CompressionRatioEstimator, Compressor
 from .errors import (
-    BufferExhaustedError,
     KafkaError,
     ProducerClosedError,
     RecordTooLargeError,
 )
+from .memory import Memory
 from .metadata import Cluster, TopicInfo
-from .metrics import ProducerMetrics
 
 __all__ = ["AppendResult", "ProducerBatch", "ReadyResult", "RecordAccumulator"]
 
@@ -132,14 +130,15 @@ class RecordAccumulator:
         # tail), where the native send path finds it in one step; only the
         # accumulator sets them.
         self.appender = appender if appender is not None else Appender(hash_keys=True)
-        self.metrics: ProducerMetrics | None = None
         self.batch_size = batch_size
         # A grown batch takes at most a quarter of the memory, like a compressed one.
         self.batch_max_size = max(batch_size, min(batch_max_size or batch_size,
                                                   buffer_memory // 4))
         # Grown batches' blocks (batch_size doubled, up to batch_max_size) are reused
         # too: freed, their pages went back to the kernel and were faulted in again.
-        self.pool = BufferPool(buffer_memory, batch_size, pooled_up_to=self.batch_max_size)
+        self.memory = Memory(buffer_memory, batch_size, pooled_up_to=self.batch_max_size)
+        """``buffer_memory`` (Java's BufferPool): blocks, the sends waiting for one."""
+        self.pool = self.memory.pool  # the native pool, for its counters
         # KIP-782: the batch size (on the wire) for a partition's next batch, where it
         # differs from batch_size; see batch_taken().
         self.batch_targets: dict[TopicPartition, int] = {}
@@ -168,14 +167,7 @@ class RecordAccumulator:
         self.hurried: dict[TopicPartition, ProducerBatch] = {}
         self.closing = False
         self._refusal: KafkaError | None = None
-        self._waiters: deque[asyncio.Future[None]] = deque()
         self._drain_index = 0
-        # Blocks of split batches live outside buffer_memory, as Java's do: block id
-        # -> the one-block pool it came from.
-        self._split_pools: dict[int, BufferPool] = {}
-        # Compressed batches' blocks outside buffer_memory: block id -> the pool block
-        # of batch_size that pays for it there (_outside_block).
-        self._charges: dict[int, Block] = {}
         # Adaptive partitioning (KIP-794): the partitioner that gets the queue sizes of
         # the topics with keyless records in ready(), and per node (monotonic seconds)
         # the last time it had batches ready and the last time it could take them.
@@ -225,10 +217,8 @@ class RecordAccumulator:
         ``await``, right before appending: if it raises, nothing is buffered.
         """
         n = len(info.partitions)
-        route = self.appender.route(topic)
-        if route is None or route.num_partitions != n:
-            # The native send path hashes keys over this count: keep it current.
-            self.appender.set_route(topic, n)
+        # The native send path hashes keys over the route's count: keep it current.
+        self.appender.set_route(topic, n)
         tp = (topic, partition)
         appended = self._append_counted(tp, timestamp, key, value, headers, sticky)
         if appended is None and sticky is not None:
@@ -254,27 +244,30 @@ class RecordAccumulator:
         charge = self._charge_for(size, record_size, tp)
         # Memory at once: nothing else ran since the appends above found no room, so
         # they need not be tried again below.
-        block = self.allocate_now(charge)
+        memory = self.memory
+        block = memory.allocate_now(charge)
         waited = block is None
         if block is None:
-            block = await self.wait_for_block(charge, max_block_s)
+            block = await memory.wait(charge, max_block_s, self._memory_refusal)
         if self._refusal is not None:
-            self.release_block(block)
+            memory.release(block)
             self._check_open()
         if guard is not None:
             try:
                 guard()
             except BaseException:
-                self.release_block(block)
+                memory.release(block)
                 raise
         if waited:
             # Another send may have opened a batch for this partition meanwhile.
             appended = self._append_counted(tp, timestamp, key, value, headers, sticky)
             if appended is not None:
-                self.release_block(block)
+                memory.release(block)
                 return AppendResult(appended[0], appended[1], False)
         if charge < size:
-            block = self._outside_block(block, size)
+            # Its records wait uncompressed in a block of ``size`` outside the pool,
+            # paid for by the pool block of its compressed target.
+            block = memory.outside(size, block)
         batch = self.new_batch(tp, block,
                                self.appender.bound_loop() or asyncio.get_running_loop(), n)
         index = batch.builder.append(timestamp, key, value, headers)
@@ -304,22 +297,11 @@ class RecordAccumulator:
         but a compressed batch only its target (``batch_size``, or its record's size
         if larger), as Java's do. The rest of its block, where its records wait
         uncompressed until it closes, is taken outside the pool (see
-        :meth:`_outside_block`)."""
+        :meth:`Memory.outside`)."""
         if not self.codec:
             return size
         return min(size, max(self.batch_targets.get(tp, self.batch_size),
                              BATCH_HEADER_SIZE + record_size))
-
-    def _outside_block(self, charged: Block, size: int) -> Block:
-        """A block of ``size`` bytes outside ``buffer_memory`` for a compressed batch,
-        paid for by ``charged`` (a pool block of the batch's target, kept until the
-        batch's block is given back, when both are)."""
-        own = BufferPool(size, size)
-        block = own.try_allocate(size)
-        assert block is not None  # a fresh pool of exactly this size
-        self._split_pools[id(block)] = own
-        self._charges[id(block)] = charged
-        return block
 
     def new_batch(self, tp: TopicPartition, block: Block,
                   loop: asyncio.AbstractEventLoop,
@@ -392,7 +374,16 @@ class RecordAccumulator:
         waiting for memory are woken to raise it."""
         if self._refusal is None:
             self._refusal = error
-        self.wake_all_waiters()
+        self.memory.wake_all()
+
+    def _memory_refusal(self) -> BaseException | None:
+        """The error a send waiting for memory raises when woken, if any."""
+        if self._refusal is None:
+            return None
+        if self.closing:
+            return ProducerClosedError("the producer was closed while send() waited for "
+                                       "memory")
+        return type(self._refusal)(str(self._refusal))
 
     def _check_open(self) -> None:
         if self._refusal is not None:
@@ -478,71 +469,10 @@ class RecordAccumulator:
             else:  # did not fit compressed: the data does not compress
                 self.ratios.observe(batch.topic, b.records_size, b.records_size + 1)
 
-    def allocate_now(self, size: int) -> Block | None:
-        """A block of ``size`` bytes if the pool has one now and no send waits for
-        memory before us (they are served first, FIFO); else None."""
-        return None if self._waiters else self.pool.try_allocate(size)
-
-    async def wait_for_block(self, size: int, max_block_s: float) -> Block:
-        """A block of ``size`` bytes, waiting FIFO for memory up to ``max_block_s``
-        (after :meth:`allocate_now` found none)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + max_block_s
-        fut: asyncio.Future[None] = loop.create_future()
-        self._waiters.append(fut)
-        started = time.perf_counter_ns()
-        try:
-            while True:
-                if self._refusal is not None:
-                    raise ProducerClosedError(
-                        "the producer was closed while send() waited for memory"
-                    ) if self.closing else type(self._refusal)(str(self._refusal))
-                if self._waiters[0] is fut:
-                    block = self.pool.try_allocate(size)
-                    if block is not None:
-                        return block
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    raise BufferExhaustedError(
-                        f"failed to allocate {size} bytes within max_block_ms="
-                        f"{max_block_s * 1000:.0f}: buffer_memory={self.pool.total_memory} "
-                        f"is in use by records waiting to be sent; the brokers may be slow "
-                        f"or unreachable, or buffer_memory is too small for this load"
-                    )
-                # Quarantined blocks come back without any event: poll them briefly.
-                wait = min(remaining, 0.005) if self.pool.quarantined_bytes else remaining
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(fut), wait)
-                if fut.done():
-                    # Woken: keep our place in the queue with a fresh future.
-                    new: asyncio.Future[None] = loop.create_future()
-                    self._waiters[self._waiters.index(fut)] = new
-                    fut = new
-        finally:
-            if fut in self._waiters:
-                self._waiters.remove(fut)
-            self._wake_first_waiter()
-            if self.metrics is not None:
-                waited = time.perf_counter_ns() - started
-                self.metrics.pool_waited(waited, time.monotonic())
-
     @property
     def memory_waiters(self) -> int:
-        return len(self._waiters)
-
-    def release_block(self, block: Block) -> None:
-        """Give back a block that never held a batch."""
-        self.pool.release(block)
-        self._wake_first_waiter()
-
-    def wake_all_waiters(self) -> None:
-        for fut in self._waiters:
-            if not fut.done():
-                fut.set_result(None)
-
-    def _wake_first_waiter(self) -> None:
-        if self._waiters and not self._waiters[0].done():
-            self._waiters[0].set_result(None)
+        """Sends waiting for memory now."""
+        return self.memory.waiters
 
     # -- completion --------------------------------------------------------------
 
@@ -588,15 +518,8 @@ class RecordAccumulator:
         block = batch.block
         if block is not None:
             batch.block = None
-            own = self._split_pools.pop(id(block), None)
-            (self.pool if own is None else own).release(block)
+            self.memory.release(block)  # (before detach(): the block must be free)
             batch.builder.detach()
-            if own is not None:
-                charged = self._charges.pop(id(block), None)
-                if charged is None:
-                    return
-                self.pool.release(charged)
-            self._wake_first_waiter()
 
     def split(self, batch: ProducerBatch, loop: asyncio.AbstractEventLoop
               ) -> list[ProducerBatch]:
@@ -630,10 +553,7 @@ class RecordAccumulator:
             size = max(target, need)
             if self.codec:
                 size += _codec_slack(size)
-            own = BufferPool(size, size)
-            block = own.try_allocate(size)
-            assert block is not None  # a fresh pool of exactly this size
-            self._split_pools[id(block)] = own
+            block = self.memory.outside(size)
             piece = ProducerBatch(batch.tp, block, loop.create_future(), batch.created)
             if self.codec:
                 piece.builder.set_compression(self.codec, self.compressor, max(target, need))
@@ -667,6 +587,37 @@ class RecordAccumulator:
 
     # -- Sender side -------------------------------------------------------------
 
+    def has_queued(self) -> bool:
+        """Whether any batch waits to be sent (queued, not in flight)."""
+        return any(self.batches.values())
+
+    def queued_before(self, tp: TopicPartition, sequence: int) -> bool:
+        """Whether a batch of ``tp`` with a sequence below ``sequence`` is queued (a
+        retry the broker must see first)."""
+        dq = self.batches.get(tp)
+        return bool(dq) and any(0 <= x.base_sequence < sequence for x in dq or ())
+
+    def take_queued(self, leaders: Mapping[TopicPartition, int], node: int
+                    ) -> list[ProducerBatch]:
+        """Take every queued batch of the partitions ``node`` leads (to fail them: the
+        node refused our authentication)."""
+        out: list[ProducerBatch] = []
+        for tp, dq in self.batches.items():
+            if dq and leaders.get(tp) == node:
+                out.extend(dq)
+                dq.clear()
+        return out
+
+    def topics_in_use(self) -> set[str]:
+        """Topics with records buffered (queued or in flight)."""
+        busy = {b.topic for b in self.incomplete}
+        busy.update(tp[0] for tp, dq in self.batches.items() if dq)
+        return busy
+
+    def queued_topics(self) -> set[str]:
+        """Topics with batches queued."""
+        return {tp[0] for tp, dq in self.batches.items() if dq}
+
     def oldest_queued(self) -> float | None:
         """Creation time of the oldest batch still queued (heads of the deques)."""
         heads = [dq[0].created for dq in self.batches.values() if dq]
@@ -681,7 +632,7 @@ class RecordAccumulator:
         :func:`_held`); the response wakes the Sender.
         """
         res = ReadyResult()
-        exhausted = bool(self._waiters)
+        exhausted = self.memory.waiters > 0
         send_now = exhausted or self.closing or self.flushes_in_progress > 0
         hurried = self.hurried
         # Kept for topic_backlog(), which the partitioner asks when it moves a sticky
@@ -833,6 +784,16 @@ class RecordAccumulator:
         if batch.base_sequence >= 0:
             # Keep idempotent batches ordered by sequence among the retried ones.
             _sort_head_by_sequence(dq)
+
+    def resize_routes(self, counts: Mapping[str, int]) -> None:
+        """Topics' partition counts changed (a metadata refresh): their routes follow
+        in the same step, so keyed records move to murmur2(key) % n for the new n on
+        the native path and the Python path at once. Topics without a route (none
+        sent to yet, or expired) get none."""
+        appender = self.appender
+        for topic, n in counts.items():
+            if appender.route(topic) is not None:
+                appender.set_route(topic, n)
 
     def forget_topic(self, topic: str) -> None:
         """Drop a topic's per-topic state (it expired from the metadata, with nothing

@@ -163,9 +163,11 @@ class RecordPartitioner:
                  "sticky_topics")
 
     def __init__(self, partitioner: str | PartitionFunction | Partitioner, *,
-                 ignore_keys: bool = False, max_payload: int = -1, batch_size: int = 16384,
-                 adaptive: bool = True, availability_timeout_ms: int = 0,
-                 seed: int | None = None) -> None:
+                 appender: Appender | None = None, ignore_keys: bool = False,
+                 max_payload: int = -1, batch_size: int = 16384, adaptive: bool = True,
+                 availability_timeout_ms: int = 0, seed: int | None = None) -> None:
+        """``appender``: the producer's native appender (which holds the routes); one
+        of its own when used alone (MockProducer, tests)."""
         self._custom: PartitionFunction | None = None
         self.plugin: Partitioner | None = None
         """The custom :class:`Partitioner` object, if one was given."""
@@ -199,8 +201,9 @@ class RecordPartitioner:
         load statistics."""
         # The routes (sticky partition and its bytes, open batch per partition) live in
         # the native appender, which takes ordinary records without coming back here.
-        self.appender = Appender(hash_keys=partitioner == "murmur2", ignore_keys=ignore_keys,
-                                 max_payload=max_payload, sticky_batch_size=batch_size)
+        self.appender = appender if appender is not None else Appender(
+            hash_keys=partitioner == "murmur2", ignore_keys=ignore_keys,
+            max_payload=max_payload, sticky_batch_size=batch_size)
         self.fast = self._custom is None and self.plugin is None
         """Whether the native appender may choose partitions (not with a custom one)."""
 
@@ -284,11 +287,7 @@ class RecordPartitioner:
 
     def route(self, topic: str, info: TopicInfo) -> TopicRoute:
         """The topic's route, created or resized to the metadata's partition count."""
-        n = len(info.partitions)
-        r = self.appender.route(topic)
-        if r is None or r.num_partitions != n:
-            r = self.appender.set_route(topic, n)
-        return r
+        return self.appender.set_route(topic, len(info.partitions))
 
     def sticky(self, topic: str, info: TopicInfo) -> int:
         """The sticky partition for the next keyless record, moved first if its

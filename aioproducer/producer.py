@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from ._bulk import BulkInput
 from ._bulk import send_many_error as _send_many_error
 from ._lifecycle import check_loop, raise_not_running
-from ._native import BATCH_HEADER_SIZE, ProducerBatch
+from ._native import BATCH_HEADER_SIZE, Appender, ProducerBatch
 from .accumulator import RecordAccumulator
 from .compression import codec_id, make_compressor
 from .config import ProducerConfig
@@ -42,6 +42,7 @@ from .serializers import (
     prepare_record,
     serialize_for_topic,
 )
+from .wiring import wire_buffering, wire_sender
 
 if TYPE_CHECKING:
     from .otel import Tracing
@@ -82,10 +83,16 @@ class Producer:
                                   retry_backoff_ms=c.retry_backoff_ms,
                                   retry_backoff_max_ms=c.retry_backoff_max_ms,
                                   max_idle_ms=c.metadata_max_idle_ms)
+        # The native appender: send()'s one native call. It holds each topic's route
+        # (its partition count, sticky choice and each partition's open batch); the
+        # partitioner chooses with it and the accumulator sets its open batches.
         # Records whose key + value approach a size limit take the exact Python check.
         max_payload = min(c.max_request_size, c.buffer_memory) - BATCH_HEADER_SIZE - 64
+        self._appender = Appender(hash_keys=c.partitioner == "murmur2",
+                                  ignore_keys=c.partitioner_ignore_keys,
+                                  max_payload=max_payload, sticky_batch_size=c.batch_size)
         self._partitioner = RecordPartitioner(
-            c.partitioner, ignore_keys=c.partitioner_ignore_keys, max_payload=max_payload,
+            c.partitioner, appender=self._appender, ignore_keys=c.partitioner_ignore_keys,
             batch_size=c.batch_size, adaptive=c.partitioner_adaptive_partitioning_enable,
             availability_timeout_ms=c.partitioner_availability_timeout_ms)
         self._accumulator = RecordAccumulator(
@@ -95,12 +102,10 @@ class Producer:
             delivery_timeout_ms=c.delivery_timeout_ms,
             codec=codec_id(c.compression_type),
             compressor=make_compressor(c.compression_type, c.compression_level),
-            max_request_size=c.max_request_size, appender=self._partitioner.appender,
+            max_request_size=c.max_request_size, appender=self._appender,
         )
         self._metrics = ProducerMetrics(c.client_id)
-        self._accumulator.metrics = self._metrics
-        self._accumulator.load_stats = self._partitioner  # adaptive partitioning (KIP-794)
-        self._partitioner.backlog = self._accumulator.topic_backlog
+        wire_buffering(self._accumulator, self._partitioner, self._metrics)
         self._client: KafkaClient | None = None
         self._security = security_from_config(c)  # TLS files are loaded (and checked) here
         self._sender: Sender | None = None
@@ -113,7 +118,6 @@ class Producer:
         self._topic_serializers = needs_topic(c.key_serializer) or needs_topic(
             c.value_serializer)
         self._linger_zero = c.linger_ms == 0
-        self._appender = self._partitioner.appender
         self._interceptors = InterceptorChain(c.interceptors)
         self._fast = self._partitioner.fast and c.key_serializer is None \
             and c.value_serializer is None and not self._interceptors
@@ -177,6 +181,7 @@ class Producer:
             txn = TransactionManager(client, c, pid, self._wake_sender)
         self._sender = Sender(c, client, self._metadata, self._accumulator, self._metrics,
                               pid=pid, txn=txn)
+        wire_sender(self._sender, client, self._metadata, self._accumulator)
         # Through a weak reference: the Sender must not keep an abandoned producer
         # alive (its __del__ warns and cleans up).
         ref = weakref.ref(self)

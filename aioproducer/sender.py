@@ -125,15 +125,7 @@ class Sender:
         self.fatal_error: KafkaError | None = None
         """Set once the Sender failed (a bug): the producer can no longer send."""
         self.on_fatal: Callable[[KafkaError], None] | None = None
-        client.on_ready_change = self.wakeup
-        client.on_disconnect = lambda node: metadata.request_update()
-        metadata.on_update_request = self.wakeup
-        metadata.busy_topics = self._busy_topics
-        metadata.on_topics_expired = self._forget_topics
-        metadata.on_partition_counts = self._resize_routes
-        if accumulator.batch_max_size > accumulator.batch_size:
-            accumulator.on_growth_cap_needed = lambda topic: self.spawn(
-                self._learn_growth_cap(topic))
+        """Called once, with the error, when the Sender fails (see :meth:`fail_producer`)."""
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -260,7 +252,7 @@ class Sender:
         pid = self.pid
         if txn is not None:
             err = txn.blocks_queued
-            if err is not None and any(self.acc.batches.values()):
+            if err is not None and self.acc.has_queued():
                 self.abort_queued(err)
             if pid is not None and pid.recovering:
                 pid.restart_ready(self.in_flight)  # sequences started over, when due
@@ -534,7 +526,7 @@ class Sender:
             # request, or retried), or if it waits for something to finish. Waking it
             # for nothing costs a turn of the loop and a timer per response.
             if exc is not None or self.acc.closing or self.txn is not None \
-                    or any(self.acc.batches.values()) or self._recovering():
+                    or self.acc.has_queued() or self._recovering():
                 self.wakeup()
 
     def _recovering(self) -> bool:
@@ -701,8 +693,7 @@ class Sender:
         self._fail(b, exc, written=written)
 
     def _earlier_pending(self, b: ProducerBatch) -> bool:
-        dq = self.acc.batches.get(b.tp)
-        if dq and any(0 <= x.base_sequence < b.base_sequence for x in dq):
+        if self.acc.queued_before(b.tp, b.base_sequence):
             return True
         flying = self.in_flight.get(b.tp)
         return bool(flying) and any(0 <= x.base_sequence < b.base_sequence for x in flying or ())
@@ -726,10 +717,8 @@ class Sender:
             self.txn.fail(exc)
 
     def _fail_queued_for(self, node: int, cluster: Cluster, error: KafkaError) -> None:
-        for tp, dq in self.acc.batches.items():
-            if dq and cluster.leaders.get(tp) == node:
-                while dq:
-                    self._fail(dq.popleft(), error, written=False)
+        for b in self.acc.take_queued(cluster.leaders, node):
+            self._fail(b, error, written=False)
 
     def abort_queued(self, error: KafkaError) -> None:
         """Transactions: fail the queued batches of an aborted or failed transaction."""
@@ -769,37 +758,30 @@ class Sender:
         finally:
             self.wakeup()
 
-    def _busy_topics(self) -> set[str]:
+    def busy_topics(self) -> set[str]:
         """Topics with records buffered or in flight: they never expire."""
-        busy = {b.topic for b in self.acc.incomplete}
+        busy = self.acc.topics_in_use()
         busy.update(tp[0] for tp, dq in self.in_flight.items() if dq)
-        busy.update(tp[0] for tp, dq in self.acc.batches.items() if dq)
         return busy
 
     def _want_queued_topics(self) -> None:
         """Batches without a leader: make sure their topics are asked for (a send that
         waited for memory may have appended after its topic expired)."""
         md = self.metadata
-        for tp, dq in self.acc.batches.items():
-            if dq and tp[0] not in md.topics:
-                md.add_topic(tp[0])
+        for topic in self.acc.queued_topics():
+            if topic not in md.topics:
+                md.add_topic(topic)
 
-    def _forget_topics(self, topics: list[str]) -> None:
+    def forget_topics(self, topics: list[str]) -> None:
         """Topics that expired from the metadata: drop their per-topic state."""
         for topic in topics:
             self.acc.forget_topic(topic)
             for tp in [tp for tp, dq in self.in_flight.items() if tp[0] == topic and not dq]:
                 del self.in_flight[tp]
 
-    def _resize_routes(self, counts: dict[str, int]) -> None:
-        """A topic's partition count changed: its route follows in the same step as
-        the metadata, so keyed records move to murmur2(key) % n for the new n on the
-        native path and the Python path at once."""
-        appender = self.acc.appender
-        for topic, n in counts.items():
-            route = appender.route(topic)
-            if route is not None and route.num_partitions != n:
-                appender.set_route(topic, n)
+    def learn_growth_cap(self, topic: str) -> None:
+        """Ask the broker (in the background) how large ``topic``'s batches may grow."""
+        self.spawn(self._learn_growth_cap(topic))
 
     async def _learn_growth_cap(self, topic: str) -> None:
         """How large the topic's batches may grow: from its ``max.message.bytes``.

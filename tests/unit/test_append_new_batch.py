@@ -57,7 +57,7 @@ async def test_sends_that_waited_for_memory_share_the_batch_one_opened() -> None
     assert acc.memory_waiters == 3 and not acc.batches.get((TOPIC, 0))
     for block in held:
         assert block is not None
-        acc.release_block(block)
+        acc.memory.release(block)
     results = await asyncio.gather(*tasks)
     assert [r[2] for r in results] == [True, False, False]  # FIFO: the first opens it
     assert all(r[0] is results[0][0] for r in results)

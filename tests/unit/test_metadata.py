@@ -23,6 +23,7 @@ from aioproducer.metadata import Cluster, Metadata, PartitionInfo, TopicInfo, ch
 from aioproducer.net.client import KafkaClient
 from aioproducer.partitioner import RecordPartitioner
 from aioproducer.sender import Sender
+from aioproducer.wiring import wire_sender
 
 SEED = 580
 UNKNOWN_TOPIC_OR_PARTITION = 3
@@ -217,7 +218,9 @@ def sender_for(config: ProducerConfig, md: Metadata) -> tuple[Sender, RecordAccu
                             retry_backoff_ms=100, retry_backoff_max_ms=1000,
                             delivery_timeout_ms=120000, appender=partitioner.appender)
     client = KafkaClient("127.0.0.1:1")
-    return Sender(config, client, md, acc), acc
+    sender = Sender(config, client, md, acc)
+    wire_sender(sender, client, md, acc)
+    return sender, acc
 
 
 @pytest.mark.asyncio

@@ -1,0 +1,55 @@
+"""Where the producer's parts are connected: every callback one part gives another is
+assigned here, and nowhere else (the Producer calls these two functions; a test that
+builds parts by hand calls them too).
+
+- :func:`wire_buffering`, at construction: the accumulator (with its buffer memory)
+  and the partitioner, which share the producer's native appender, and the metrics.
+- :func:`wire_sender`, at ``start()``: the Sender, the client and the metadata.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .accumulator import RecordAccumulator
+    from .metadata import Metadata
+    from .metrics import ProducerMetrics
+    from .net.client import KafkaClient
+    from .partitioner import RecordPartitioner
+    from .sender import Sender
+
+__all__ = ["wire_buffering", "wire_sender"]
+
+
+def wire_buffering(accumulator: RecordAccumulator, partitioner: RecordPartitioner,
+                   metrics: ProducerMetrics) -> None:
+    """The accumulator and the partitioner (adaptive partitioning, KIP-794: the
+    accumulator's queue sizes reach the partitioner, which asks for a topic's backlog
+    when its sticky partition moves), and the time sends wait for memory."""
+    accumulator.load_stats = partitioner
+    partitioner.backlog = accumulator.topic_backlog
+
+    def waited(ns: int) -> None:
+        metrics.pool_waited(ns, time.monotonic())
+
+    accumulator.memory.on_waited = waited
+
+
+def wire_sender(sender: Sender, client: KafkaClient, metadata: Metadata,
+                accumulator: RecordAccumulator) -> None:
+    """The Sender wakes when a connection becomes ready, the metadata asks for a
+    refresh or a send needs one; the metadata asks it which topics are in use (they do
+    not expire) and tells it which expired; a lost connection asks for a refresh; a
+    partition count change resizes the accumulator's routes in the same step; the
+    accumulator asks it to learn a topic's batch size limit (only when batches may
+    grow past ``batch_size``)."""
+    client.on_ready_change = sender.wakeup
+    client.on_disconnect = lambda node: metadata.request_update()
+    metadata.on_update_request = sender.wakeup
+    metadata.busy_topics = sender.busy_topics
+    metadata.on_topics_expired = sender.forget_topics
+    metadata.on_partition_counts = accumulator.resize_routes
+    if accumulator.batch_max_size > accumulator.batch_size:
+        accumulator.on_growth_cap_needed = sender.learn_growth_cap
