@@ -438,18 +438,3 @@ def setup(producer: Producer, tracer_provider: Any, meter_provider: Any,
         return None
     return Tracing(tracer_provider, propagator, meter_provider, producer.config.client_id,
                    producer._metadata)
-
-
-def check_options(tracer_provider: Any, meter_provider: Any, propagator: Any) -> None:
-    """Typed errors for bad values (config validation; imports nothing)."""
-    if tracer_provider is not None and tracer_provider != "global" and not callable(
-            getattr(tracer_provider, "get_tracer", None)):
-        raise ConfigError("tracer_provider must be an OpenTelemetry TracerProvider, "
-                          f"'global' or None, got {type(tracer_provider).__name__}")
-    if meter_provider is not None and meter_provider != "global" and not callable(
-            getattr(meter_provider, "get_meter", None)):
-        raise ConfigError("meter_provider must be an OpenTelemetry MeterProvider, "
-                          f"'global' or None, got {type(meter_provider).__name__}")
-    if propagator is not None and not callable(getattr(propagator, "inject", None)):
-        raise ConfigError("propagator must be an OpenTelemetry TextMapPropagator "
-                          f"(with inject()) or None, got {type(propagator).__name__}")
