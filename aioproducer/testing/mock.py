@@ -42,9 +42,10 @@ from ..metadata import PartitionInfo, TopicInfo
 from ..metrics import MetricsSnapshot, ProducerMetrics
 from ..partitioner import RecordPartitioner
 from ..record import RecordMetadata
-from ..serializers import Header, check_record_size, prepare_record
+from ..serializers import check_record_size, prepare_record
 from ..transaction_state import TxnState, TxnStateMachine
 from ..transactions import GroupMetadata, group_metadata_of, offsets_of, transaction_block
+from ..types import Header
 
 __all__ = ["MockProducer", "MockRecordFuture", "MockSendManyResult", "SentRecord"]
 
