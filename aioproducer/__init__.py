@@ -11,17 +11,25 @@ from . import _native  # noqa: F401  (fails with a clear message if the core is 
 from .config import ConfigIgnoredWarning, ProducerConfig
 from .errors import (
     AuthenticationError,
+    BatchRejectedError,
     BrokerResponseError,
     BufferExhaustedError,
+    ClusterAuthorizationError,
     ConfigError,
     DeliveryTimeoutError,
     ErrorCategory,
     GroupAuthorizationError,
     IllegalStateError,
+    InvalidProducerEpochError,
+    InvalidProducerIdMappingError,
+    InvalidRecordError,
     InvalidTopicError,
     KafkaConnectionError,
     KafkaError,
     KafkaTimeoutError,
+    MessageTooLargeError,
+    NotLeaderOrFollowerError,
+    OutOfOrderSequenceError,
     PartitionError,
     ProducerClosedError,
     ProducerFencedError,
@@ -36,13 +44,18 @@ from .errors import (
     TransactionalIdAuthorizationError,
     TransactionOutcomeUnknownError,
     UnknownPartitionError,
+    UnknownProducerIdError,
     UnknownTopicError,
+    UnknownTopicOrPartitionError,
     UnsupportedVersionError,
 )
 from .interceptors import ProducerInterceptor, ProducerRecord
 from .metrics import MetricsSnapshot
+from .partitioner import Partitioner
 from .producer import Producer
+from .protocols import ProducerLike, RecordFutureLike, SendManyResultLike
 from .record import RecordFuture, RecordMetadata, SendManyResult
+from .types import Header, PartitionFunction, Serializer
 
 if TYPE_CHECKING:
     from .transactions import GroupMetadata
@@ -58,36 +71,52 @@ else:
 
 from ._version import __version__
 
+# Every error class of aioproducer.errors is here (tests/unit/test_public_surface.py).
 __all__ = [
     "AuthenticationError",
+    "BatchRejectedError",
     "BrokerResponseError",
     "BufferExhaustedError",
+    "ClusterAuthorizationError",
     "ConfigError",
     "ConfigIgnoredWarning",
     "DeliveryTimeoutError",
     "ErrorCategory",
     "GroupAuthorizationError",
     "GroupMetadata",
+    "Header",
     "IllegalStateError",
+    "InvalidProducerEpochError",
+    "InvalidProducerIdMappingError",
+    "InvalidRecordError",
     "InvalidTopicError",
     "KafkaConnectionError",
     "KafkaError",
     "KafkaTimeoutError",
+    "MessageTooLargeError",
     "MetricsSnapshot",
+    "NotLeaderOrFollowerError",
+    "OutOfOrderSequenceError",
     "PartitionError",
+    "PartitionFunction",
+    "Partitioner",
     "Producer",
     "ProducerClosedError",
     "ProducerConfig",
     "ProducerFencedError",
     "ProducerInterceptor",
+    "ProducerLike",
     "ProducerRecord",
     "ProtocolError",
     "RecordFuture",
+    "RecordFutureLike",
     "RecordMetadata",
     "RecordTooLargeError",
     "RequestTimedOutError",
     "SendManyResult",
+    "SendManyResultLike",
     "SerializationError",
+    "Serializer",
     "TLSError",
     "TopicAuthorizationError",
     "TransactionAbortableError",
@@ -95,7 +124,9 @@ __all__ = [
     "TransactionOutcomeUnknownError",
     "TransactionalIdAuthorizationError",
     "UnknownPartitionError",
+    "UnknownProducerIdError",
     "UnknownTopicError",
+    "UnknownTopicOrPartitionError",
     "UnsupportedVersionError",
     "__version__",
 ]

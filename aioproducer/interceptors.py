@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from ._native import RecordMetadata
-from .serializers import Header
+from .types import Header
 
 __all__ = ["InterceptorChain", "ProducerInterceptor", "ProducerRecord"]
 

@@ -37,15 +37,20 @@ import weakref
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .errors import BrokerResponseError, ConfigError
 
 if TYPE_CHECKING:
     from .metadata import Metadata
-    from .producer import Producer
+    from .protocols import ProducerLike
     from .record import RecordFuture, SendManyResult
-    from .serializers import Header
+    from .types import Header
+
+    class _Traced(ProducerLike, Protocol):
+        """A producer whose metadata the tracing reads (a partition's leader)."""
+
+        _metadata: Metadata
 
 __all__ = ["MetricPoint", "Tracing", "metric_points", "register_metrics", "setup"]
 
@@ -110,7 +115,7 @@ def _kind(java_name: str) -> str:
     return "counter" if java_name.endswith("-total") else "gauge"
 
 
-def metric_points(producer: Producer, *, most_granular: bool = True) -> list[MetricPoint]:
+def metric_points(producer: ProducerLike, *, most_granular: bool = True) -> list[MetricPoint]:
     """The producer's metrics (``producer.metrics()``) as named points, without
     OpenTelemetry: the Java names under ``kafka.producer.*`` (with ``client-id``, and
     ``topic`` or ``node-id``) and ``messaging.client.sent.messages`` per topic.
@@ -160,7 +165,7 @@ def _version() -> str:
     return __version__
 
 
-def register_metrics(producer: Producer, meter_provider: Any) -> None:
+def register_metrics(producer: ProducerLike, meter_provider: Any) -> None:
     """Register observable instruments for ``producer``'s metrics with
     ``meter_provider`` (``"global"``: OpenTelemetry's global one). The callbacks hold
     the producer weakly and read ``producer.metrics()`` once per collection."""
@@ -427,7 +432,7 @@ class Tracing:
         return result
 
 
-def setup(producer: Producer, tracer_provider: Any, meter_provider: Any,
+def setup(producer: _Traced, tracer_provider: Any, meter_provider: Any,
           propagator: Any) -> Tracing | None:
     """Called by the producer for its ``tracer_provider``/``meter_provider``/
     ``propagator`` options: registers the metrics, returns the tracing hook (None
@@ -438,18 +443,3 @@ def setup(producer: Producer, tracer_provider: Any, meter_provider: Any,
         return None
     return Tracing(tracer_provider, propagator, meter_provider, producer.config.client_id,
                    producer._metadata)
-
-
-def check_options(tracer_provider: Any, meter_provider: Any, propagator: Any) -> None:
-    """Typed errors for bad values (config validation; imports nothing)."""
-    if tracer_provider is not None and tracer_provider != "global" and not callable(
-            getattr(tracer_provider, "get_tracer", None)):
-        raise ConfigError("tracer_provider must be an OpenTelemetry TracerProvider, "
-                          f"'global' or None, got {type(tracer_provider).__name__}")
-    if meter_provider is not None and meter_provider != "global" and not callable(
-            getattr(meter_provider, "get_meter", None)):
-        raise ConfigError("meter_provider must be an OpenTelemetry MeterProvider, "
-                          f"'global' or None, got {type(meter_provider).__name__}")
-    if propagator is not None and not callable(getattr(propagator, "inject", None)):
-        raise ConfigError("propagator must be an OpenTelemetry TextMapPropagator "
-                          f"(with inject()) or None, got {type(propagator).__name__}")

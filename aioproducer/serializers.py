@@ -6,20 +6,17 @@ One implementation serves :class:`~aioproducer.Producer` and
 
 from __future__ import annotations
 
-import struct
 import time
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
 from ._native import BATCH_HEADER_SIZE, record_size_upper_bound
-from .config import Serializer
-from .errors import ConfigError, RecordTooLargeError, SerializationError
+from .errors import RecordTooLargeError, SerializationError
+from .types import Header, Serializer
 
-__all__ = ["JAVA_SERIALIZERS", "Header", "check_bytes", "check_headers", "check_record_size",
-           "java_serializer", "needs_topic", "prepare_record", "serialize_for_topic"]
-
-Header = tuple[str, "bytes | bytearray | memoryview | None"]
+# (Header is re-exported for the modules that still import it from here.)
+__all__ = ["Header", "check_bytes", "check_headers", "check_record_size", "needs_topic",
+           "prepare_record", "serialize_for_topic"]
 
 _BYTES_TYPES = (bytes, bytearray, memoryview)
 
@@ -119,86 +116,3 @@ def check_record_size(key: Any, value: Any, headers: list[tuple[str, Any]] | Non
             f"the record is {size} bytes when serialized, larger than {name}={limit}; "
             "raise it (and the topic's max.message.bytes) or send a smaller record")
     return record_size
-
-
-# -- Java serializer class names ---------------------------------------------------------
-
-def _packer(fmt: str, what: str, kind: type | tuple[type, ...]) -> Serializer:
-    pack = struct.Struct(fmt).pack
-
-    def serialize(obj: Any) -> bytes | None:
-        if obj is None:
-            return None
-        if (isinstance(obj, bool) and kind is not bool) or not isinstance(obj, kind):
-            raise SerializationError(f"{what} takes {_what_types(kind)} or None, "
-                                     f"got {type(obj).__name__}")
-        try:
-            return pack(obj)
-        except struct.error as exc:
-            raise SerializationError(f"{what}: {obj!r} does not fit: {exc}") from None
-    serialize.__qualname__ = serialize.__name__ = what
-    return serialize
-
-
-def _what_types(kind: type | tuple[type, ...]) -> str:
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    return " or ".join(k.__name__ for k in kinds)
-
-
-def _string(obj: Any) -> bytes | None:
-    if obj is None:
-        return None
-    if not isinstance(obj, str):
-        raise SerializationError(f"StringSerializer takes str or None, got {type(obj).__name__}")
-    return obj.encode("utf-8")
-
-
-def _uuid(obj: Any) -> bytes | None:
-    if obj is None:
-        return None
-    if not isinstance(obj, uuid.UUID):
-        raise SerializationError(f"UUIDSerializer takes uuid.UUID or None, "
-                                 f"got {type(obj).__name__}")
-    return str(obj).encode("ascii")
-
-
-def _void(obj: Any) -> None:
-    if obj is not None:
-        raise SerializationError(f"VoidSerializer takes only None, got {type(obj).__name__}")
-    return None
-
-
-_JAVA_SERDE = "org.apache.kafka.common.serialization."
-
-#: Java serializer class (short or full name) -> our equivalent; ``None`` means "no
-#: serializer": the key or value must already be bytes-like (the fast path).
-JAVA_SERIALIZERS: dict[str, Serializer | None] = {
-    "ByteArraySerializer": None,
-    "ByteBufferSerializer": None,
-    "BytesSerializer": None,
-    "StringSerializer": _string,
-    "IntegerSerializer": _packer(">i", "IntegerSerializer", int),
-    "LongSerializer": _packer(">q", "LongSerializer", int),
-    "ShortSerializer": _packer(">h", "ShortSerializer", int),
-    "FloatSerializer": _packer(">f", "FloatSerializer", (float, int)),
-    "DoubleSerializer": _packer(">d", "DoubleSerializer", (float, int)),
-    "BooleanSerializer": _packer(">?", "BooleanSerializer", bool),
-    "UUIDSerializer": _uuid,
-    "VoidSerializer": _void,
-}
-
-
-def java_serializer(option: str, class_name: str) -> Serializer | None:
-    """Our serializer for the Java class ``class_name`` (``key.serializer`` /
-    ``value.serializer``), encoding as the Java class does; ``None`` for the byte-array
-    ones. A class without an equivalent is a :class:`ConfigError`."""
-    name = class_name.strip()
-    short = name[len(_JAVA_SERDE):] if name.startswith(_JAVA_SERDE) else name
-    if short in JAVA_SERIALIZERS and (short == name or name.startswith(_JAVA_SERDE)):
-        return JAVA_SERIALIZERS[short]
-    known = ", ".join(sorted(JAVA_SERIALIZERS))
-    raise ConfigError(
-        f"{option}: the Java class {class_name!r} has no equivalent here; give a Python "
-        f"callable (obj -> bytes | None) or one of the Java serializers {known} "
-        f"(short or {_JAVA_SERDE}* name)")
-

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     import kio.schema.sasl_handshake.v1.request as _sh1_req
     import kio.schema.sasl_handshake.v1.response as _sh1_resp
 
-    from ..config import TokenProvider
+    from ..types import TokenProvider
     from .security import Secret, Security
 
 __all__ = [

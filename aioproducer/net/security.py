@@ -17,8 +17,8 @@ import ssl
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..config import SASL_MECHANISMS, SECURITY_PROTOCOLS, OAuthToken, TokenProvider
 from ..errors import ConfigError
+from ..types import SASL_MECHANISMS, SECURITY_PROTOCOLS, OAuthToken, TokenProvider
 
 if TYPE_CHECKING:
     from ..config import ProducerConfig

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import (
     Callable,
@@ -21,6 +22,7 @@ from collections.abc import (
     Sequence,
 )
 from contextlib import AbstractAsyncContextManager
+from contextvars import Context, copy_context
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -37,11 +39,13 @@ from ..errors import (
     UnknownTopicError,
 )
 from ..metadata import PartitionInfo, TopicInfo
+from ..metrics import MetricsSnapshot, ProducerMetrics
 from ..partitioner import RecordPartitioner
 from ..record import RecordMetadata
-from ..serializers import Header, check_record_size, prepare_record
+from ..serializers import check_record_size, prepare_record
 from ..transaction_state import TxnState, TxnStateMachine
 from ..transactions import GroupMetadata, group_metadata_of, offsets_of, transaction_block
+from ..types import Header
 
 __all__ = ["MockProducer", "MockRecordFuture", "MockSendManyResult", "SentRecord"]
 
@@ -67,49 +71,125 @@ class SentRecord:
 
 
 class MockRecordFuture:
-    """What :meth:`MockProducer.send` returns; behaves like :class:`~aioproducer.RecordFuture`."""
+    """What :meth:`MockProducer.send` returns; behaves like :class:`~aioproducer.RecordFuture`.
 
-    __slots__ = ("_error", "_fut", "_key_size", "_metadata", "_value_size", "record")
+    An asyncio-compatible future (``asyncio.isfuture()`` is true) as the real one is:
+    ``asyncio.wait``, ``gather``, ``as_completed``, ``wait_for``, ``shield`` and
+    ``ensure_future`` take it as it is. Done-callbacks run on the loop in the context
+    given (or the current one), after the record is done; ``cancel()`` cancels this
+    handle only (the record is still sent, and acknowledged or failed as the test
+    says); ``await`` waits on a private future, so a task cancelled while awaiting
+    changes nothing else.
+    """
+
+    __slots__ = ("_callbacks", "_cancel_message", "_cancelled", "_error", "_key_size",
+                 "_loop", "_metadata", "_record_done", "_record_waiters", "_value_size",
+                 "_waiters", "record")
+
+    # asyncio.isfuture() is true for a class with this attribute not None. (A task sets
+    # it on a future that yields itself; this one yields a private waiter instead.)
+    _asyncio_future_blocking = False
 
     def __init__(self, record: SentRecord, loop: asyncio.AbstractEventLoop,
                  key_size: int, value_size: int) -> None:
         self.record = record
         """The record this future is for."""
-        # Like the real producer's batch future, this one only ever gets a None
-        # result; the error is kept aside so that an unawaited failed record does
-        # not log "exception was never retrieved".
-        self._fut: asyncio.Future[None] = loop.create_future()
+        self._loop = loop
         self._metadata: RecordMetadata | None = None
+        # Kept aside, as the real producer does: an unawaited failed record does not
+        # log "exception was never retrieved".
         self._error: BaseException | None = None
+        self._record_done = False
+        self._cancelled = False
+        self._cancel_message: Any = None
+        self._callbacks: list[tuple[Callable[[MockRecordFuture], object], Context]] = []
+        # Futures of the tasks awaiting this handle (cancel() cancels them), and of the
+        # send_many() results waiting for the record itself.
+        self._waiters: list[asyncio.Future[None]] = []
+        self._record_waiters: list[asyncio.Future[None]] = []
         self._key_size = key_size
         self._value_size = value_size
 
     def __await__(self) -> Generator[Any, None, RecordMetadata]:
-        fut = self._fut
-        if not fut.done():
-            yield from fut
+        if not self.done():
+            waiter = self._loop.create_future()
+            self._waiters.append(waiter)
+            try:
+                yield from waiter
+            finally:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
         return self.result()
 
     def done(self) -> bool:
-        return self._fut.done()
+        """True once the record is acknowledged or failed, or this handle cancelled."""
+        return self._record_done or self._cancelled
+
+    def cancelled(self) -> bool:
+        """True if :meth:`cancel` cancelled this handle (the record is still sent)."""
+        return self._cancelled
+
+    def cancel(self, msg: Any | None = None) -> bool:
+        """Cancel this handle, not the record. False if it is done already; else True,
+        and its callbacks are scheduled and the tasks awaiting it cancelled."""
+        if self.done():
+            return False
+        self._cancelled = True
+        self._cancel_message = msg
+        self._schedule_callbacks()
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            waiter.cancel(msg)
+        return True
 
     def result(self) -> RecordMetadata:
-        """The metadata; raises the record's error, or InvalidStateError if not done."""
-        if not self._fut.done():
-            raise asyncio.InvalidStateError("the record has not been acknowledged yet")
+        """The metadata. Raises the record's error, CancelledError if cancelled,
+        InvalidStateError if not done."""
+        if self._cancelled:
+            raise self._make_cancelled_error()
+        if not self._record_done:
+            raise asyncio.InvalidStateError("Result is not set.")
         if self._error is not None:
             raise self._error
         assert self._metadata is not None
         return self._metadata
 
     def exception(self) -> BaseException | None:
-        if not self._fut.done():
-            raise asyncio.InvalidStateError("the record has not been acknowledged yet")
+        """The record's error, None on success. Raises CancelledError if cancelled,
+        InvalidStateError if not done."""
+        if self._cancelled:
+            raise self._make_cancelled_error()
+        if not self._record_done:
+            raise asyncio.InvalidStateError("Exception is not set.")
         return self._error
 
-    def add_done_callback(self, callback: Callable[[MockRecordFuture], object]) -> None:
-        """Call ``callback(self)`` on the event loop once the record is completed or failed."""
-        self._fut.add_done_callback(lambda _f: callback(self))
+    def add_done_callback(self, callback: Callable[[MockRecordFuture], object], *,
+                          context: Context | None = None) -> None:
+        """Run ``callback(self)`` in ``context`` (default: a copy of the current one) on
+        the event loop once the record is done (soon, if it is done already)."""
+        if context is None:
+            context = copy_context()
+        if self.done():
+            self._loop.call_soon(callback, self, context=context)
+        else:
+            self._callbacks.append((callback, context))
+
+    def remove_done_callback(self, callback: Callable[[MockRecordFuture], object]) -> int:
+        """Remove every registration of ``callback`` not yet scheduled; returns how
+        many."""
+        kept = [entry for entry in self._callbacks if entry[0] != callback]
+        removed = len(self._callbacks) - len(kept)
+        self._callbacks = kept
+        return removed
+
+    def get_loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop of the producer that sent the record."""
+        return self._loop
+
+    def _make_cancelled_error(self) -> asyncio.CancelledError:
+        # (asyncio.gather() asks a cancelled child for this.)
+        msg = self._cancel_message
+        return asyncio.CancelledError() if msg is None else asyncio.CancelledError(msg)
 
     @property
     def topic(self) -> str:
@@ -119,19 +199,45 @@ class MockRecordFuture:
     def partition(self) -> int:
         return self.record.partition
 
+    def _record_waiter(self) -> asyncio.Future[None] | None:
+        """A future done when the record is (None if it is already): for
+        :class:`MockSendManyResult`, which a cancelled handle does not end."""
+        if self._record_done:
+            return None
+        waiter = self._loop.create_future()
+        self._record_waiters.append(waiter)
+        return waiter
+
     def _complete(self, offset: int) -> None:
         r = self.record
         self._metadata = RecordMetadata(r.topic, r.partition, offset, r.timestamp,
                                         self._key_size, self._value_size)
-        self._fut.set_result(None)
+        self._done()
 
     def _fail(self, error: BaseException) -> None:
         self._error = error
-        self._fut.set_result(None)
+        self._done()
+
+    def _done(self) -> None:
+        self._record_done = True
+        for waiter in (*self._record_waiters, *self._waiters):
+            if not waiter.done():
+                waiter.set_result(None)
+        self._record_waiters = []
+        self._waiters = []
+        if not self._cancelled:  # (a cancelled handle's callbacks are scheduled already)
+            self._schedule_callbacks()
+
+    def _schedule_callbacks(self) -> None:
+        callbacks, self._callbacks = self._callbacks, []
+        for callback, context in callbacks:
+            self._loop.call_soon(callback, self, context=context)
 
     def __repr__(self) -> str:
         state = "pending"
-        if self._fut.done():
+        if self._cancelled:
+            state = "cancelled"
+        elif self._record_done:
             state = "failed" if self._error is not None else "done"
         return f"<MockRecordFuture {self.topic}-{self.partition} {state}>"
 
@@ -154,15 +260,16 @@ class MockSendManyResult:
 
     def __await__(self) -> Generator[Any, None, int]:
         for fut in self.futures:
-            if not fut._fut.done():
-                yield from fut._fut
+            waiter = fut._record_waiter()  # (a cancelled handle still has its record)
+            if waiter is not None:
+                yield from waiter
         for fut in self.futures:
             if fut._error is not None:
                 raise fut._error
         return self.count
 
     def done(self) -> bool:
-        return all(f.done() for f in self.futures)
+        return all(f._record_done for f in self.futures)
 
     def failures(self) -> list[tuple[str, int, BaseException]]:
         """``(topic, partition, error)`` of the failed records, one per partition and
@@ -170,7 +277,7 @@ class MockSendManyResult:
         seen: set[tuple[str, int, int]] = set()
         out: list[tuple[str, int, BaseException]] = []
         for fut in self.futures:
-            err = fut._error if fut.done() else None
+            err = fut._error
             if err is not None and (fut.topic, fut.partition, id(err)) not in seen:
                 seen.add((fut.topic, fut.partition, id(err)))
                 out.append((fut.topic, fut.partition, err))
@@ -178,10 +285,10 @@ class MockSendManyResult:
 
     def failed_count(self) -> int:
         """How many of the call's records have failed so far."""
-        return sum(1 for f in self.futures if f.done() and f._error is not None)
+        return sum(1 for f in self.futures if f._error is not None)
 
     def __repr__(self) -> str:
-        pending = sum(not f.done() for f in self.futures)
+        pending = sum(not f._record_done for f in self.futures)
         return f"<MockSendManyResult {self.count} records, {pending} pending>"
 
 
@@ -307,6 +414,7 @@ class MockProducer:
         """How many transactions were committed (reset by :meth:`clear`)."""
         self.abort_count = 0
         """How many transactions were aborted (reset by :meth:`clear`)."""
+        self._metrics = ProducerMetrics(c.client_id)
         self._topics: dict[str, TopicInfo] = {}
         for topic, partitions in (cluster or {}).items():
             self.add_topic(topic, partitions)
@@ -430,7 +538,7 @@ class MockProducer:
             self.complete_all()
         else:
             while self._pending:
-                self._pending.popleft()._fail(error)
+                self._fail(self._pending.popleft(), error)
 
     @property
     def closed(self) -> bool:
@@ -716,7 +824,7 @@ class MockProducer:
         _check_error(error)
         if not self._pending:
             return False
-        self._pending.popleft()._fail(error)
+        self._fail(self._pending.popleft(), error)
         if self._txn is not None:
             self._txn.fail(error)
         return True
@@ -741,8 +849,27 @@ class MockProducer:
         offset = self._offsets.get(tp, 0)
         self._offsets[tp] = offset + 1
         fut._complete(offset)
+        # Counted as the Sender counts a batch of one record (see metrics()).
+        size = max(fut._key_size, 0) + max(fut._value_size, 0)
+        self._metrics.batch_sent(fut.topic, 1, size, 1.0, 0.0, False, time.monotonic())
+
+    def _fail(self, fut: MockRecordFuture, error: BaseException) -> None:
+        fut._fail(error)
+        self._metrics.records_failed(fut.topic, 1, time.monotonic())
 
     # -- inspection ---------------------------------------------------------------
+
+    def metrics(self) -> MetricsSnapshot:
+        """The producer's metrics by the Java producer's names, as
+        :meth:`Producer.metrics() <aioproducer.Producer.metrics>` gives them: each
+        record acknowledged counts as a batch of one sent (``record-send-total``,
+        ``byte-total``, ``batch-size-avg``, per topic...), each record failed in
+        ``record-error-total``; what a network would measure (requests, latencies,
+        throttling) stays 0."""
+        return self._metrics.snapshot(
+            buffer_total=self.config.buffer_memory,
+            buffer_available=self.config.buffer_memory, in_flight=0, metadata_age_s=0.0,
+            waiting_threads=0)
 
     def history(self) -> list[SentRecord]:
         """Every record sent since creation (or :meth:`clear`), in send order.

@@ -19,7 +19,7 @@ import pytest
 from support.kafka_util import consume_all
 
 from aioproducer import Producer, ProducerConfig
-from aioproducer import config as config_module
+from aioproducer import java as java_module
 from aioproducer.config import ConfigIgnoredWarning, parse_properties
 from aioproducer.errors import KafkaConnectionError
 from aioproducer.net import connection as connection_module
@@ -39,9 +39,9 @@ def _quiet(**overrides: Any) -> ProducerConfig:
 
 @pytest.fixture(autouse=True)
 def _fresh_warnings() -> Iterator[None]:
-    config_module._warned.clear()
+    java_module._warned.clear()
     yield
-    config_module._warned.clear()
+    java_module._warned.clear()
 
 
 async def test_java_defaults_file_delivers(kafka_bootstrap: str, topic_factory: Any) -> None:

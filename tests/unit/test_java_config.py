@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from aioproducer import config as config_module
+from aioproducer import java as java_module
 from aioproducer.config import (
     JAVA_OPTIONS,
     ConfigIgnoredWarning,
@@ -33,9 +33,9 @@ PROPERTIES = JAVA_DIR / "producer-4x.properties"
 @pytest.fixture(autouse=True)
 def _fresh_warnings() -> Iterator[None]:
     """The once-per-process memory of warned names, emptied around each test."""
-    config_module._warned.clear()
+    java_module._warned.clear()
     yield
-    config_module._warned.clear()
+    java_module._warned.clear()
 
 
 def _java_names() -> list[str]:
