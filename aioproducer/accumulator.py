@@ -28,10 +28,10 @@ from .errors import (
 )
 from .memory import Memory
 from .metadata import Cluster, TopicInfo
+from .types import TopicPartition
 
 __all__ = ["AppendResult", "ProducerBatch", "ReadyResult", "RecordAccumulator"]
 
-TopicPartition = tuple[str, int]
 
 
 class StickyPartitioner(Protocol):

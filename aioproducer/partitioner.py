@@ -33,12 +33,12 @@ import xxhash
 from ._native import Appender, TopicRoute, murmur2_partition
 from .errors import ConfigError, PartitionError, UnknownPartitionError
 from .metadata import Cluster, TopicInfo
+from .types import PartitionFunction
 
 __all__ = ["LoadStats", "Partitioner", "RecordPartitioner", "cumulative_frequency_table",
            "xxhash_partition"]
 
 #: the old custom form: ``(topic, serialized_key, num_partitions) -> partition``
-PartitionFunction = Callable[[str, bytes | None, int], int]
 
 
 @runtime_checkable

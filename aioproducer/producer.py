@@ -36,12 +36,12 @@ from .producer_id import ProducerIdManager
 from .record import RecordFuture, RecordMetadata, SendManyResult
 from .sender import Sender
 from .serializers import (
-    Header,
     check_record_size,
     needs_topic,
     prepare_record,
     serialize_for_topic,
 )
+from .types import Header
 from .wiring import wire_buffering, wire_sender
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from .transaction_state import TxnStateMachine
     from .transactions import GroupMetadata, TransactionManager
 
-__all__ = ["Header", "Producer"]
+__all__ = ["Producer"]
 
 
 log = logging.getLogger("aioproducer.producer")

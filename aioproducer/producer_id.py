@@ -40,6 +40,7 @@ from .errors import KafkaConnectionError, KafkaError, for_code
 from .net.apis import ApiKey
 from .net.client import KafkaClient
 from .net.protocol import request_module, response_type
+from .types import TopicPartition
 
 __all__ = ["PartitionSequences", "ProducerIdManager"]
 
@@ -48,7 +49,6 @@ log = logging.getLogger("aioproducer.idempotence")
 _MAX_SEQUENCE = 2**31 - 1
 _MAX_EPOCH = 2**15 - 1
 
-TopicPartition = tuple[str, int]
 
 
 def _add_sequence(sequence: int, count: int) -> int:

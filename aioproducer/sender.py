@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from ._native import BATCH_HEADER_SIZE
-from .accumulator import ProducerBatch, RecordAccumulator, TopicPartition
+from .accumulator import ProducerBatch, RecordAccumulator
 from .config import ProducerConfig
 from .errors import (
     BatchRejectedError,
@@ -49,6 +49,7 @@ from .net.protocol import (
 )
 from .producer_id import ProducerIdManager
 from .transaction_state import PRODUCE_FENCED_CODES
+from .types import TopicPartition
 
 if TYPE_CHECKING:
     from .transactions import TransactionManager

@@ -60,13 +60,13 @@ from .net.connection import BrokerConnection
 from .net.protocol import request_module, response_type
 from .producer_id import ProducerIdManager
 from .transaction_state import FATAL_CODES, FENCED_CODES, TxnState, TxnStateMachine
+from .types import TopicPartition
 
 __all__ = ["GroupMetadata", "TransactionManager", "TxnState", "TxnStateMachine",
            "transaction_block"]
 
 log = logging.getLogger("aioproducer.transactions")
 
-TopicPartition = tuple[str, int]
 
 
 _GROUP, _TRANSACTION = 0, 1
