@@ -32,7 +32,7 @@ venv: $(STAMP)
 # shadowed.
 build: $(STAMP)
 	$(BIN)/python setup.py -q build_ext --inplace
-	$(BIN)/python -m compileall -q aioproducer bench
+	$(BIN)/python -m compileall -q aioproducer bench soak
 
 broker: build
 	$(BIN)/aioproducer broker start
@@ -49,7 +49,7 @@ test: build
 	$(BIN)/python -m pytest -q -ra --durations=25 $(PYTEST_ARGS)
 
 lint: build
-	$(BIN)/ruff check aioproducer tests bench fuzz tools setup.py
+	$(BIN)/ruff check aioproducer tests bench fuzz soak tools setup.py
 	$(BIN)/mypy
 
 bench: build

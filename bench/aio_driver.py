@@ -145,7 +145,7 @@ def run_loop(coro_fn: Callable[[], Coroutine[Any, Any, Measured]], loop: str) ->
     CPython 3.11's ``asyncio.run`` formats the main task's repr (``signal.getsignal``
     builds a ValueError that names its SIGINT handler, which holds the task), and the
     repr of a result holding thousands of latencies cost ~830 instructions per record
-    in ``bench/callgrind_producer.sh`` (after the clock stops, so not in the bench's
+    in ``bench/profiling/callgrind_producer.sh`` (after the clock stops, so not in the bench's
     own figures).
     """
     box: list[Measured] = []

@@ -1,8 +1,8 @@
 """Chaos soak, short version: exactly once, in order, for the idempotent producer while
 brokers are killed and paused, connections reset, acks lost and poison records sent.
 
-The engine is ``bench/chaos.py`` (its docstring lists the faults and the invariants);
-``python -m bench.chaos --records 1000000 --seed N`` is the long soak. Here: 70 s of
+The engine is ``soak/chaos.py`` (its docstring lists the faults and the invariants);
+``python -m soak.chaos --records 1000000 --seed N`` is the long soak. Here: 70 s of
 records at 3,000/s on the three-node cluster, through the fault proxy (so that
 InitProducerId requests are counted), with a seeded schedule: a leader kill and a 5 s
 pause of two followers (in a random order), and every 3-8 s a connection reset or a
@@ -17,17 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from support.faultproxy import ProxyCluster
 
 from aioproducer.devbroker import LocalKafka
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, under plain pytest
-from bench.chaos import ChaosConfig, ChaosReport, make_schedule, run_chaos
+from aioproducer.testing.faultproxy import ProxyCluster
+from soak.chaos import ChaosConfig, ChaosReport, make_schedule, run_chaos
 
 pytestmark = pytest.mark.cluster
 

@@ -1,4 +1,4 @@
-"""Injected faults between the producer and the real broker (tests/faultproxy.py)."""
+"""Injected faults between the producer and the real broker (aioproducer.testing.faultproxy)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 from support.delivery_util import check, decode, encode, settle
-from support.faultproxy import ProxyCluster
 from support.kafka_util import Consumed, consume_all
 
 from aioproducer import Producer
 from aioproducer.errors import MessageTooLargeError
+from aioproducer.testing.faultproxy import ProxyCluster
 
 pytestmark = pytest.mark.asyncio
 

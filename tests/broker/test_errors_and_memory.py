@@ -8,7 +8,6 @@ import time
 from typing import Any
 
 import pytest
-from support.faultproxy import ProxyCluster
 from support.kafka_util import consume_all
 
 from aioproducer import (
@@ -24,6 +23,7 @@ from aioproducer import (
     SerializationError,
     UnknownTopicError,
 )
+from aioproducer.testing.faultproxy import ProxyCluster
 
 pytestmark = pytest.mark.asyncio
 

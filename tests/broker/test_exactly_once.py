@@ -1,7 +1,7 @@
 """Exactly-once delivery under faults, by the Java KafkaProducer's rules (real broker).
 
 Each test drives one fault path through the producer and a real local Kafka broker
-(through tests/faultproxy.py where a fault is injected) and checks, with an
+(through aioproducer.testing.faultproxy where a fault is injected) and checks, with an
 independent client (confluent-kafka, ``kafka_util.consume_all``), that every record
 the producer acknowledged is in the log exactly once and in order, that failures are
 the ones the Java producer reports, and that the producer neither hangs nor stalls
@@ -36,7 +36,6 @@ from typing import Any, cast
 
 import pytest
 from support.delivery_util import check, decode, encode, settle
-from support.faultproxy import ProxyCluster
 from support.kafka_util import Consumed, consume_all
 from support.produce_response import (
     AnsweringProxy,
@@ -53,6 +52,7 @@ from aioproducer.errors import (
     InvalidRecordError,
     UnsupportedVersionError,
 )
+from aioproducer.testing.faultproxy import ProxyCluster
 
 pytestmark = pytest.mark.asyncio
 

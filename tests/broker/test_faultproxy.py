@@ -20,7 +20,9 @@ import pytest
 import pytest_asyncio
 from kio.index import load_response_schema
 from kio.serial import entity_reader
-from support.faultproxy import (
+from support.kafka_util import create_topic, delete_topic
+
+from aioproducer.testing.faultproxy import (
     API_API_VERSIONS,
     API_DESCRIBE_CLUSTER,
     API_METADATA,
@@ -30,7 +32,6 @@ from support.faultproxy import (
     discover_brokers,
     encode_request,
 )
-from support.kafka_util import create_topic, delete_topic
 
 if TYPE_CHECKING:
     from aioproducer.devbroker import LocalKafka

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 from support.delivery_util import check, decode, encode, settle
-from support.faultproxy import ProxyCluster
 from support.kafka_util import consume_all
 
 from aioproducer import Producer, RecordMetadata
 from aioproducer.errors import ConfigError, KafkaError
+from aioproducer.testing.faultproxy import ProxyCluster
 
 PRODUCE = 0
 

@@ -10,11 +10,11 @@ import time
 from typing import Any
 
 import pytest
-from support.faultproxy import ProxyCluster
 from support.kafka_util import consume_all
 
 from aioproducer import Producer
 from aioproducer.errors import BrokerResponseError
+from aioproducer.testing.faultproxy import ProxyCluster
 
 pytestmark = pytest.mark.asyncio
 

@@ -31,7 +31,6 @@ from typing import Any, cast
 import pytest
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import f64, i8, i32, i32Timedelta
-from support.faultproxy import API_PRODUCE, FaultProxy, _Conn
 from support.kafka_util import consume_all, create_topic
 from support.produce_response import (
     AnsweringProxy,
@@ -46,6 +45,7 @@ from aioproducer.devbroker import LocalKafka
 from aioproducer.net.client import KafkaClient
 from aioproducer.net.connection import BrokerConnection
 from aioproducer.net.protocol import build_entity, request_module
+from aioproducer.testing.faultproxy import API_PRODUCE, FaultProxy, _Conn
 
 NOT_LEADER = int(ErrorCode.not_leader_or_follower)
 pytestmark = pytest.mark.asyncio

@@ -8,10 +8,10 @@ import threading
 from typing import Any
 
 import pytest
-from support.faultproxy import ProxyCluster
 from support.kafka_util import consume_all
 
 from aioproducer import IllegalStateError, Producer
+from aioproducer.testing.faultproxy import ProxyCluster
 
 
 def test_constructed_outside_a_loop_and_started_in_one(kafka_bootstrap: str,

@@ -23,12 +23,12 @@ from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewPartitions
-from support.faultproxy import ProxyCluster
 from support.kafka_util import consume_all, create_topic, delete_topic, wait_topic_ready
 
 from aioproducer import InvalidTopicError, Producer, UnknownTopicError
 from aioproducer._native import murmur2_partition
 from aioproducer.devbroker import LocalKafka
+from aioproducer.testing.faultproxy import ProxyCluster
 
 pytestmark = pytest.mark.asyncio
 

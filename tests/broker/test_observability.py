@@ -10,7 +10,6 @@ import time
 from typing import Any
 
 import pytest
-from support.faultproxy import ProxyCluster
 from support.kafka_util import consume_all
 
 from aioproducer import (
@@ -22,6 +21,7 @@ from aioproducer import (
 )
 from aioproducer.errors import MessageTooLargeError
 from aioproducer.metrics import WindowedStat, prometheus_collector
+from aioproducer.testing.faultproxy import ProxyCluster
 
 pytestmark = pytest.mark.asyncio
 

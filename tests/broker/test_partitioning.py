@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import random
-import sys
 import time
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,12 +15,7 @@ from support.kafka_util import consume_all, create_topic, partition_offsets
 from aioproducer import Producer
 from aioproducer.devbroker import LocalKafka
 from aioproducer.metadata import Cluster
-
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from bench.partitioning import ProcessProxies, run_slow_broker  # noqa: E402
+from bench.studies.partitioning import ProcessProxies, run_slow_broker
 
 SEED = 794
 

@@ -1,19 +1,12 @@
-"""``bench/round_trip_floor.py`` on the test broker: the requests it captures from our
+"""``bench/studies/round_trip_floor.py`` on the test broker: the requests it captures from our
 producer and writes again are real Produce requests that the broker appends, read back
 by confluent-kafka, so the floors it prints are of real round trips."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 from support.kafka_util import consume_all, create_topic, partition_offsets
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from bench.round_trip_floor import (  # noqa: E402
+from bench.studies.round_trip_floor import (
     VALUE,
     capture_request,
     run_blocking,

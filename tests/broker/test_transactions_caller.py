@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from support.faultproxy import ProxyCluster
 from support.kafka_util import consume_all
 from support.txn_brokers import TxnBroker, txn_broker_fixture
 
@@ -29,6 +28,7 @@ from aioproducer import (
     TransactionAbortableError,
     TransactionOutcomeUnknownError,
 )
+from aioproducer.testing.faultproxy import ProxyCluster
 from aioproducer.transaction_state import TxnState
 
 pytestmark = pytest.mark.asyncio

@@ -1,4 +1,4 @@
-"""Transaction soak, short versions (the engine and the long runs: ``bench/txn_soak.py``):
+"""Transaction soak, short versions (the engine and the long runs: ``soak/txn.py``):
 consume-transform-produce through one transactional producer shared by three tasks,
 while the schedule (seeded; the seed is printed) injects the caller's actions: a
 commit or abort cancelled and called again, close() with a short timeout racing a
@@ -17,16 +17,12 @@ match it.
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 
 import pytest
 from support.txn_brokers import TxnBroker, txn_broker_fixture
 
 from aioproducer.devbroker import LocalKafka
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, under plain pytest
-from bench.txn_soak import SoakConfig, run_soak
+from soak.txn import SoakConfig, run_soak
 
 SEED = int(os.environ.get("AIOPRODUCER_TXN_SOAK_SEED", "20261127"))
 

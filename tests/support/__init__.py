@@ -5,8 +5,8 @@ under pytest: ``tests/conftest.py`` is a rootdir conftest outside any package).
 - ``delivery_util``: the delivery checks (lost, duplicated, out of order) of a run.
 - ``log_util``: the broker's log segments, read with Kafka's DumpLogSegments.
 - ``secure_util``: clients and raw SASL exchanges for the secured broker.
-- ``faultproxy``: a Kafka-aware TCP proxy that injects faults in front of a real broker.
-- ``produce_response``: Produce responses made up for the fault proxy to answer with.
+- ``produce_response``: Produce responses made up for the fault proxy
+  (``aioproducer.testing.faultproxy``) to answer with.
 - scripts run as child processes: ``txn_worker.py`` (transactional workers that die
   for real), ``service_sigterm.py`` (a service stopped by SIGTERM);
   ``typecheck_protocol.py`` is checked by ``mypy --strict``, not run.

@@ -28,7 +28,7 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32, i32Timedelta, i64
 
-from .faultproxy import (
+from aioproducer.testing.faultproxy import (
     _REQ_HEAD,
     _SIZE,
     API_PRODUCE,

@@ -71,6 +71,15 @@ def test_optional_features_are_imported_on_first_use() -> None:
     assert [m for m in OPTIONAL_MODULES if m in loaded] == []
 
 
+def test_the_fault_proxy_is_imported_only_by_name() -> None:
+    """``aioproducer.testing.faultproxy`` (the tests' and the soaks' Kafka-aware proxy)
+    ships with the package, but neither ``import aioproducer`` nor ``import
+    aioproducer.testing`` (the mock, which a service's own tests import) loads it."""
+    loaded = set(_run(f"import json, sys\nimport aioproducer.testing\n{_MODULES}"))
+    assert "aioproducer.testing" in loaded
+    assert "aioproducer.testing.faultproxy" not in loaded
+
+
 def test_the_crc32c_function_is_loaded_without_the_package_init() -> None:
     """The crc32c package's ``__init__`` reads its version with importlib.metadata
     (email, zipfile, csv...: ~27 ms of CPU per start); the batch core loads the

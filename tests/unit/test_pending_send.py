@@ -3,7 +3,7 @@ headers: it behaves as the ``async def`` it replaces (nothing happens until it i
 awaited or run as a task; dropped unawaited it warns; throw/close/cancel reach the
 Python path's coroutine), and its first step appends on the native path when it can.
 
-The tests drive an Appender directly, over a pool block, as bench/appender_micro.py
+The tests drive an Appender directly, over a pool block, as bench/profiling/appender_micro.py
 does; the last ones check how a Producer installs it (no broker needed).
 """
 

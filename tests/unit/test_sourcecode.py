@@ -1,5 +1,5 @@
-"""Lint and type checks are part of the suite (ruff on the package, tests/, bench/, fuzz/;
-mypy --strict on the package)."""
+"""Lint and type checks are part of the suite (ruff on the package, tests/, bench/, fuzz/,
+soak/; mypy --strict on the package)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_ruff_clean() -> None:
-    r = _run("ruff", "check", "aioproducer", "tests", "bench", "fuzz", "tools", "setup.py")
+    r = _run("ruff", "check", "aioproducer", "tests", "bench", "fuzz", "soak", "tools",
+             "setup.py")
     assert r.returncode == 0, r.stdout + r.stderr
 
 

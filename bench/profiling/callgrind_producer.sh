@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Instructions per record of a whole producer process (bench/profile_send.py) under
+# Instructions per record of a whole producer process (bench/profiling/profile_send.py) under
 # callgrind, against a running broker.
 #
-#   AIOPRODUCER_BOOTSTRAP=127.0.0.1:PORT bench/callgrind_producer.sh SCENARIO [RECORDS] [profile_send options...]
+#   AIOPRODUCER_BOOTSTRAP=127.0.0.1:PORT bench/profiling/callgrind_producer.sh SCENARIO [RECORDS] [profile_send options...]
 #
-# Runs `python -m bench.profile_send --scenario SCENARIO` under
+# Runs `python -m bench.profiling.profile_send --scenario SCENARIO` under
 # `valgrind --tool=callgrind` with RECORDS (default 20000) and 2 x RECORDS records, each
 # on a topic created beforehand (outside the profile), and prints
 # (instructions(2N) - instructions(N)) / N: interpreter start-up, imports, connecting and
@@ -13,7 +13,7 @@
 # after a change. The callgrind files are kept (printed) for callgrind_annotate.
 set -euo pipefail
 
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 PYTHON="${PYTHON:-.venv/bin/python}"
 SCENARIO="${1:?usage: $0 SCENARIO [RECORDS] [profile_send options...]}"
 shift
@@ -53,7 +53,7 @@ collected() {  # $1 = records; prints the total instruction count (Ir)
     shift
     t="$(topic)"
     if ! timeout 900 valgrind --tool=callgrind --callgrind-out-file="$OUT/callgrind.$n.out" \
-            "$PYTHON" -m bench.profile_send --scenario "$SCENARIO" --records "$n" \
+            "$PYTHON" -m bench.profiling.profile_send --scenario "$SCENARIO" --records "$n" \
             --topic "$t" "$@" >"$OUT/stdout.$n" 2>"$OUT/valgrind.$n.log"; then
         drop "$t"
         echo "profile_send failed under callgrind; see $OUT/valgrind.$n.log:" >&2

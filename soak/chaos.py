@@ -1,6 +1,6 @@
 """Chaos soak: "exactly once, in order" for the idempotent producer under faults.
 
-``python -m bench.chaos --records 1000000 --seed N`` (run from the repository root)
+``python -m soak.chaos --records 1000000 --seed N`` (run from the repository root)
 starts a three-node local KRaft cluster (:class:`aioproducer.devbroker.LocalKafka`),
 creates a topic with replication factor 3, ``min.insync.replicas=2`` and 16 partitions,
 and streams keyed records (each value carries its send index) at a paced rate through
@@ -58,15 +58,15 @@ checked (:meth:`ChaosReport.violations`):
   leave this check blind;
 * ``send()`` never blocked longer than ``max_block_ms`` (plus a little slack).
 
-The fault proxy.  The engine (:func:`run_chaos`) imports nothing from ``tests/``: the
+The fault proxy.  The engine (:func:`run_chaos`) does not import one: the
 caller passes the proxy in as ``proxy``, an object with the interface of
-``tests/support/faultproxy.py``'s ``ProxyCluster`` (``bootstrap``, ``drop_connections()``,
+:class:`aioproducer.testing.faultproxy.ProxyCluster` (``bootstrap``, ``drop_connections()``,
 ``requests(api_key)``, ``clear_faults()``, ``proxy_for_node(node_id)`` whose result
 has ``drop_after_request(api_key, count)`` and ``stats["responses_dropped"]``).
 ``proxies`` (node id -> proxy with ``corrupt_responses``) is used if present, to see
 the InitProducerId responses. ``tests/broker/test_chaos.py`` passes a ``ProxyCluster``.
-The command line imports ``tests.support.faultproxy`` only when the repository's ``tests``
-directory is importable (run from the repository root); otherwise, or with
+The command line imports ``aioproducer.testing.faultproxy`` (an aioproducer too old
+to ship it has none); without it, or with
 ``--no-proxy``, the producer talks to the brokers directly, the ``reset`` and
 ``drop_acks`` faults are left out of the schedule, and InitProducerId requests are
 not counted (reported as ``n/a``).
@@ -101,6 +101,7 @@ from aioproducer.errors import (
     MessageTooLargeError,
     RecordTooLargeError,
 )
+from soak.cluster import create_topic, delete_topics, partition_replicas
 
 __all__ = ["ChaosConfig", "ChaosReport", "Event", "main", "make_schedule", "run_chaos"]
 
@@ -413,53 +414,7 @@ class ChaosReport:
             f"verdict={'PASS' if not verdict else 'FAIL: ' + ' | '.join(verdict)}")
 
 
-# -- Kafka helpers (confluent-kafka: independent of the producer under test) -------------
-
-def _admin(bootstrap: str) -> Any:
-    from confluent_kafka.admin import AdminClient
-    return AdminClient({"bootstrap.servers": bootstrap})
-
-
-def partition_replicas(bootstrap: str, topic: str,
-                       timeout: float = 10.0) -> dict[int, tuple[int, list[int]]]:
-    """partition -> (leader node id, replica node ids), as the cluster reports it now."""
-    md = _admin(bootstrap).list_topics(topic, timeout=timeout)
-    return {p: (info.leader, list(info.replicas))
-            for p, info in md.topics[topic].partitions.items()}
-
-
-def create_topic(bootstrap: str, name: str, partitions: int, replication: int,
-                 config: dict[str, str], timeout: float = 60.0) -> None:
-    from confluent_kafka.cimpl import NewTopic
-    admin = _admin(bootstrap)
-    futures = admin.create_topics(
-        [NewTopic(name, num_partitions=partitions, replication_factor=replication,
-                  config=config)], operation_timeout=timeout, request_timeout=timeout)
-    futures[name].result(timeout=timeout + 5)
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            reps = partition_replicas(bootstrap, name, timeout=5)
-            if len(reps) == partitions and all(ld >= 0 for ld, _ in reps.values()):
-                return
-        except Exception:
-            pass
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"topic {name}: no leader on every partition "
-                               f"after {timeout:.0f} s")
-        time.sleep(0.1)
-
-
-def delete_topics(bootstrap: str, names: Sequence[str], timeout: float = 30.0) -> None:
-    admin = _admin(bootstrap)  # kept alive until the futures are done
-    futures = admin.delete_topics(list(names), operation_timeout=timeout,
-                                  request_timeout=timeout)
-    for f in futures.values():
-        try:
-            f.result(timeout=timeout + 5)
-        except Exception as exc:
-            print(f"chaos: could not delete a topic: {exc}", file=sys.stderr)
-
+# -- Reading back (confluent-kafka: independent of the producer under test) -------------
 
 def read_back(bootstrap: str, topic: str,
               timeout: float) -> list[tuple[int, int, bytes | None, bytes | None]]:
@@ -992,7 +947,7 @@ async def run_chaos(cluster: LocalKafka, cfg: ChaosConfig, *, proxy: Any | None 
 # -- command line -----------------------------------------------------------------------
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m bench.chaos", description=(
+    ap = argparse.ArgumentParser(prog="python -m soak.chaos", description=(
         "Chaos soak of the idempotent producer on a local three-node Kafka cluster: "
         "exactly once, in order, under broker kills, pauses, connection resets, lost "
         "acks and poison records."))
@@ -1022,10 +977,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 def _proxy_class() -> Any | None:
     try:
-        from tests.support.faultproxy import ProxyCluster  # the repository's test proxy
+        from aioproducer.testing.faultproxy import ProxyCluster
     except ImportError as exc:
-        print(f"chaos: no fault proxy ({exc}); run from the repository root to use "
-              "tests/support/faultproxy.py", file=sys.stderr)
+        print(f"chaos: no fault proxy ({exc}): this aioproducer has no "
+              "aioproducer.testing.faultproxy", file=sys.stderr)
         return None
     return ProxyCluster
 

@@ -6,8 +6,8 @@ partitions of a fresh topic and commits; measured: the commit_transaction() late
 time. Version 2 saves the AddPartitionsToTxn round trip before the first batch of each
 partition (and adds an epoch bump to every EndTxn).
 
-    python -m bench.transactions                        # two local brokers, started here
-    python -m bench.transactions --bootstrap host:9092  # that broker, at its version
+    python -m bench.studies.transactions                        # two local brokers, started here
+    python -m bench.studies.transactions --bootstrap host:9092  # that broker, at its version
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ shared machine are noise. C work (the native core, kio, socket calls) is not cou
 it shows as the line that calls it. The counts cover the producer, asyncio's event
 loop and this script's own loop (listed, and left out of the total).
 
-    python -m bench.trace_lines --bootstrap 127.0.0.1:9092 --mode send-and-wait
-    python -m bench.trace_lines --mode throughput --partitions 8 --key-size 16
+    python -m bench.profiling.trace_lines --bootstrap 127.0.0.1:9092 --mode send-and-wait
+    python -m bench.profiling.trace_lines --mode throughput --partitions 8 --key-size 16
 
 Tracing makes everything ~10x slower, so batches hold fewer records than untraced:
 compare runs of the same mode before and after a change.
@@ -27,7 +27,7 @@ from types import FrameType
 from typing import Any
 
 if __package__ in (None, ""):  # run as a script
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 _SELF = Path(__file__).name
 
@@ -91,7 +91,7 @@ async def _run(ns: argparse.Namespace, topic: str, lines: collections.Counter[st
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.trace_lines", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m bench.profiling.trace_lines", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bootstrap", default=os.environ.get("AIOPRODUCER_BOOTSTRAP"))
     p.add_argument("--mode", choices=("send-and-wait", "throughput"), default="send-and-wait")

@@ -22,9 +22,9 @@ the ``hot`` column says whether that native path is on. To time older code, run 
 bench with ``--code DIR`` (a checkout of it with its core compiled) and ``--modes off``
 (before OpenTelemetry there were no such options)::
 
-    .venv/bin/python -m bench.otel_overhead --bootstrap 127.0.0.1:9092 --records 200000 \
+    .venv/bin/python -m bench.studies.otel_overhead --bootstrap 127.0.0.1:9092 --records 200000 \
         --reps 5 --markdown
-    .venv/bin/python -m bench.otel_overhead --code /tmp/main-before --modes off
+    .venv/bin/python -m bench.studies.otel_overhead --code /tmp/main-before --modes off
 
 CPU per record is ``getrusage`` user+system time of this process (the broker runs in
 another) divided by the records; wall times on a shared machine are noisy.
@@ -82,7 +82,7 @@ def _git(*args: str) -> str:
     import subprocess
     from pathlib import Path
     try:
-        return subprocess.run(["git", *args], cwd=Path(__file__).resolve().parents[1],
+        return subprocess.run(["git", *args], cwd=Path(__file__).resolve().parents[2],
                               capture_output=True, text=True, timeout=30).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "?"
@@ -161,7 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import aioproducer
     print(f"aioproducer from {aioproducer.__file__}", file=sys.stderr)
     commit = _git("rev-parse", "--short", "HEAD")
-    if _git("status", "--porcelain", "--", "aioproducer", "bench/otel_overhead.py"):
+    if _git("status", "--porcelain", "--", "aioproducer", "bench/studies/otel_overhead.py"):
         commit += " (with uncommitted changes)"
     started = time.strftime("%Y-%m-%d %H:%M %Z")
 

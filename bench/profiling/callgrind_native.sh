@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Instructions per record of the native hot path (bench/native_micro.py) under callgrind.
+# Instructions per record of the native hot path (bench/profiling/native_micro.py) under callgrind.
 #
-#   bench/callgrind_native.sh [RECORDS] [extra native_micro.py options...]
+#   bench/profiling/callgrind_native.sh [RECORDS] [extra native_micro.py options...]
 #
-# SCRIPT=bench/appender_micro.py measures the native path of Producer.send() instead
+# SCRIPT=bench/profiling/appender_micro.py measures the native path of Producer.send() instead
 # (Appender.append: partition choice, murmur2, append, RecordFuture).
 #
 # Runs native_micro.py (or $SCRIPT) twice under `valgrind --tool=callgrind`, with RECORDS (default
@@ -13,10 +13,10 @@
 # directory (printed) for callgrind_annotate.
 set -euo pipefail
 
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 PYTHON="${PYTHON:-.venv/bin/python}"
 [ -x "$PYTHON" ] || PYTHON=python3
-SCRIPT="${SCRIPT:-bench/native_micro.py}"
+SCRIPT="${SCRIPT:-bench/profiling/native_micro.py}"
 RECORDS="${1:-100000}"
 shift || true
 if ! [[ "$RECORDS" =~ ^[0-9]+$ ]] || [ "$RECORDS" -le 0 ]; then

@@ -14,7 +14,7 @@ CPU" counts only the calls that append (``send_many`` / ``send`` / ``produce``),
 the whole run with the flush. On a shared machine, CPU per record is steadier than
 records/s.
 
-    .venv/bin/python -m bench.send_many_headers [--records 300000] [--reps 3]
+    .venv/bin/python -m bench.studies.send_many_headers [--records 300000] [--reps 3]
         [--bootstrap host:port]   # default: a local broker started for the run
 """
 

@@ -5,12 +5,12 @@ Runs a client's bench runner (``bench/client_<name>.py``, the same produce loop 
 process CPU (user + system, all threads) per record. ``--cprofile`` adds the top
 functions of Python's profiler (its overhead inflates the times; read it for the
 shares, not the totals). Under ``valgrind --tool=callgrind`` (see
-``bench/callgrind_producer.sh``), ``--no-topic-admin`` leaves the topic to a previous
+``bench/profiling/callgrind_producer.sh``), ``--no-topic-admin`` leaves the topic to a previous
 call so that the profile holds only the client.
 
-    python -m bench.profile_send --bootstrap 127.0.0.1:9092 --scenario key16-100B-8p
-    python -m bench.profile_send --scenario send-and-wait --records 2000 --cprofile
-    python -m bench.profile_send --scenario zstd --client confluent-kafka --reps 3
+    python -m bench.profiling.profile_send --bootstrap 127.0.0.1:9092 --scenario key16-100B-8p
+    python -m bench.profiling.profile_send --scenario send-and-wait --records 2000 --cprofile
+    python -m bench.profiling.profile_send --scenario zstd --client confluent-kafka --reps 3
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 if __package__ in (None, ""):  # run as a script
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.common import CLIENTS_BY_NAME, SCENARIOS, RunArgs, percentile
 
@@ -49,7 +49,7 @@ def _run_args(ns: argparse.Namespace, topic: str) -> RunArgs:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.profile_send", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m bench.profiling.profile_send", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bootstrap", default=os.environ.get("AIOPRODUCER_BOOTSTRAP"),
                    help="an existing broker (default: $AIOPRODUCER_BOOTSTRAP)")

@@ -1,10 +1,10 @@
 """Metadata requests after one send to a missing topic (issue #17's "298 in 30 s").
 
-``python -m bench.metadata_requests --seconds 60`` (from the repository root) starts a
+``python -m bench.studies.metadata_requests --seconds 60`` (from the repository root) starts a
 one-node local broker (:class:`aioproducer.devbroker.LocalKafka`, in a temporary
 directory, stopped at the end; ``auto.create.topics.enable=false``) unless
-``--bootstrap`` names one, puts the repository's fault proxy
-(``tests/support/faultproxy.py``) in front of it, and runs one producer
+``--bootstrap`` names one, puts the fault proxy
+(``aioproducer.testing.faultproxy``) in front of it, and runs one producer
 (``max_block_ms=1000``): one ``send()`` to a topic that does not exist (it raises
 ``UnknownTopicError`` after ``max_block_ms``), then nothing for ``--seconds``. It
 prints the Metadata requests the proxy saw, in all and per 5 s, and when the last
@@ -32,7 +32,7 @@ METADATA = 3
 
 
 async def measure(bootstrap: str, seconds: float, idle_ms: int | None) -> dict[str, object]:
-    from tests.support.faultproxy import ProxyCluster  # the repository's test proxy
+    from aioproducer.testing.faultproxy import ProxyCluster
 
     options: dict[str, object] = {"max_block_ms": 1000}
     fields = {f.name for f in dataclasses.fields(ProducerConfig)}

@@ -5,12 +5,12 @@ method returning a PendingSend, whose await takes the hot path: partition choice
 murmur2 for keyed records, the append, the RecordFuture) from a coroutine on a running
 asyncio loop. A batch that takes no more records is replaced by a fresh one (in a pool
 block released at once): the per-batch Python work of the producer is not
-measured here, only the per-record native path. Prints ns/record;
-``bench/callgrind_native.sh``-style instruction counts come from
-``bench/callgrind_appender.sh``.
+measured here, only the per-record native path. Prints ns/record; instructions per
+record come from ``SCRIPT=bench/profiling/appender_micro.py
+bench/profiling/callgrind_native.sh``.
 
-    python bench/appender_micro.py --records 1000000            # keyless, 1 partition
-    python bench/appender_micro.py --key-size 16 --partitions 8 # the keyed bench scenario
+    python bench/profiling/appender_micro.py --records 1000000             # keyless, 1 partition
+    python bench/profiling/appender_micro.py --key-size 16 --partitions 8  # the keyed scenario
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 KEY_POOL = 1024
 
@@ -86,7 +86,8 @@ async def run_once(n: int, value: bytes, keys: list[bytes] | None, partitions: i
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python bench/appender_micro.py", description=__doc__,
+    p = argparse.ArgumentParser(prog="python bench/profiling/appender_micro.py",
+                                description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--records", type=int, default=1_000_000)
     p.add_argument("--value-size", type=int, default=100)

@@ -4,10 +4,10 @@ Per record: ``BatchBuilder.append``; per full batch: ``close()`` (header + CRC32
 ``BufferPool.release`` and ``try_allocate`` of the next block. Inputs are made before
 the clock starts (one value, a pool of keys, a fixed timestamp). Prints ns/record.
 
-    python bench/native_micro.py --records 1000000 --value-size 100
-    python bench/native_micro.py --key-size 16 --json
+    python bench/profiling/native_micro.py --records 1000000 --value-size 100
+    python bench/profiling/native_micro.py --key-size 16 --json
 
-``bench/callgrind_native.sh`` runs it under callgrind for instructions per record.
+``bench/profiling/callgrind_native.sh`` runs it under callgrind for instructions per record.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 if __package__ in (None, ""):  # run as a script: make `bench` and `aioproducer` importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 KEY_POOL = 1024
 TIMESTAMP_MS = 1_763_800_000_000
@@ -65,7 +65,7 @@ def run_once(n: int, value: bytes, keys: list[bytes] | None, batch_size: int,
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python bench/native_micro.py", description=__doc__,
+    p = argparse.ArgumentParser(prog="python bench/profiling/native_micro.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--records", type=int, default=1_000_000)
     p.add_argument("--value-size", type=int, default=100)

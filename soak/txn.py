@@ -1,7 +1,7 @@
 """Transaction soak: consume-transform-produce through one transactional producer while
 the caller and the brokers misbehave; every transaction must be all or nothing.
 
-``python -m bench.txn_soak --seed N --version 2 --rounds 400`` (from the repository
+``python -m soak.txn --seed N --version 2 --rounds 400`` (from the repository
 root) starts a local Kafka cluster (three nodes by default, ``--nodes``) finalizing
 ``transaction.version`` ``--version`` (1 or 2), and runs ``--rounds`` transactions.
 
@@ -60,7 +60,7 @@ from pathlib import Path
 from aioproducer import KafkaError, Producer
 from aioproducer.devbroker import LocalKafka
 from aioproducer.transaction_state import TxnState
-from bench.chaos import create_topic, delete_topics, partition_replicas
+from soak.cluster import create_topic, delete_topics, partition_replicas
 
 ACTIONS = ("commit", "abort", "cancel-commit", "cancel-abort", "close", "hand-over",
            "zombie")
@@ -556,7 +556,7 @@ async def run_soak(cluster: LocalKafka | None, bootstrap: str, cfg: SoakConfig,
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m bench.txn_soak", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m soak.txn", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--version", type=int, choices=[1, 2], default=2)

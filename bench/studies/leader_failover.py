@@ -1,7 +1,7 @@
 """How fast the producer follows a partition leader that moves, with and without the
 KIP-951 leader hint.
 
-``python -m bench.leader_failover`` (from the repository root) starts a three-node
+``python -m bench.studies.leader_failover`` (from the repository root) starts a three-node
 local KRaft cluster (:class:`aioproducer.devbroker.LocalKafka`, in a temporary
 directory, stopped at the end) unless ``--bootstrap`` names one (``kill`` needs the
 local cluster). For each event, for hints on and off, ``--runs`` times: a fresh topic

@@ -10,13 +10,14 @@ With the uniform sticky partitioner (byte counting) and adaptive partitioning, t
 slow broker's partitions, whose queues are longer, are chosen less often; the old
 KIP-480 rule (move on when a new batch opens) gave them more.
 
-    .venv/bin/python -m bench.partitioning                   # starts a 3-node cluster
-    .venv/bin/python -m bench.partitioning --bootstrap 127.0.0.1:9092,... --no-adaptive
-    PYTHONPATH=/other/checkout .venv/bin/python -m bench.partitioning ...  # another build
+    .venv/bin/python -m bench.studies.partitioning                   # starts a 3-node cluster
+    .venv/bin/python -m bench.studies.partitioning --bootstrap 127.0.0.1:9092,... --no-adaptive
+    PYTHONPATH=/other/checkout .venv/bin/python -m bench.studies.partitioning ...  # another build
 
 The measuring function, :func:`run_slow_broker`, is shared with
-``tests/broker/test_partitioning.py``; it needs ``tests/support/faultproxy.py``'s
-``ProxyCluster`` (passed in, or imported by the command line from the repository).
+``tests/broker/test_partitioning.py``; it needs a
+:class:`aioproducer.testing.faultproxy.ProxyCluster` (passed in, or imported by the
+command line).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import random
 import sys
 import tempfile
 import time
+import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -40,8 +42,8 @@ PRODUCE = 0
 
 
 class ProcessProxies:
-    """A ``ProxyCluster`` (tests/support/faultproxy.py) in a child process of its own
-    (``python -m bench.partitioning --serve-proxies BOOTSTRAP``): a producer sending in
+    """A ``ProxyCluster`` (aioproducer.testing.faultproxy) in a child process of its own
+    (``python -m bench.studies.partitioning --serve-proxies BOOTSTRAP``): a producer sending in
     a tight loop holds its event loop and the GIL, and proxies sharing either would
     make every broker look slow. Commands go over the child's stdin."""
 
@@ -51,9 +53,9 @@ class ProcessProxies:
         self._bootstrap_via = ""
 
     async def __aenter__(self) -> ProcessProxies:
-        repo = Path(__file__).resolve().parent.parent
+        repo = Path(__file__).resolve().parents[2]
         self._proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bench.partitioning", "--serve-proxies", self._bootstrap,
+            sys.executable, "-m", "bench.studies.partitioning", "--serve-proxies", self._bootstrap,
             cwd=str(repo), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
         assert self._proc.stdout is not None
         line = await asyncio.wait_for(self._proc.stdout.readline(), 30)
@@ -90,7 +92,7 @@ class ProcessProxies:
 
 
 async def _serve_proxies(bootstrap: str) -> int:
-    from tests.support.faultproxy import ProxyCluster  # the repository's test proxy
+    from aioproducer.testing.faultproxy import ProxyCluster
 
     loop = asyncio.get_running_loop()
     async with ProxyCluster.start(bootstrap) as cluster:
@@ -210,13 +212,13 @@ def _print(res: SlowBrokerResult, label: str) -> None:
 
 
 async def _main(args: argparse.Namespace) -> int:
-    repo = Path(__file__).resolve().parent.parent
+    repo = Path(__file__).resolve().parents[2]
     if str(repo) not in sys.path:
         sys.path.insert(0, str(repo))
     if args.serve_proxies:
         return await _serve_proxies(args.serve_proxies)
     from aioproducer.devbroker import LocalKafka
-    from tests.support.kafka_util import create_topic
+    from bench.broker import Admin
 
     local: LocalKafka | None = None
     bootstrap = args.bootstrap
@@ -229,7 +231,8 @@ async def _main(args: argparse.Namespace) -> int:
     try:
         rows = []
         for rep in range(args.reps):
-            topic = create_topic(bootstrap, partitions=args.partitions)
+            topic = f"t-{uuid.uuid4().hex}"
+            Admin(bootstrap).create_topic(topic, args.partitions)
             async with ProcessProxies(bootstrap) as cluster:
                 res = await run_slow_broker(
                     cluster, topic, records=args.records, record_size=args.record_size,

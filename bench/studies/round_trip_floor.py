@@ -30,9 +30,9 @@ requests a second this broker falls behind (one connection's requests are handle
 at a time), so lower rates show the tail the broker gives a client that does nothing
 else.
 
-    python -m bench.round_trip_floor --bootstrap 127.0.0.1:9092 --rounds 3000 --reps 3
-    python -m bench.round_trip_floor --bootstrap 127.0.0.1:9092 --bulk --rounds 400
-    python -m bench.round_trip_floor --bootstrap 127.0.0.1:9092 --paced 1000 --reps 3
+    python -m bench.studies.round_trip_floor --bootstrap 127.0.0.1:9092 --rounds 3000 --reps 3
+    python -m bench.studies.round_trip_floor --bootstrap 127.0.0.1:9092 --bulk --rounds 400
+    python -m bench.studies.round_trip_floor --bootstrap 127.0.0.1:9092 --paced 1000 --reps 3
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 if __package__ in (None, ""):  # run as a script
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from aioproducer.net.client import parse_bootstrap_servers
 from bench.common import percentile
@@ -304,7 +304,8 @@ def run_confluent(bootstrap: str, topic: str, rounds: int) -> list[float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.round_trip_floor", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m bench.studies.round_trip_floor",
+                                 description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bootstrap", default=os.environ.get("AIOPRODUCER_BOOTSTRAP"))
     ap.add_argument("--rounds", type=int, default=3000)
