@@ -15,7 +15,7 @@ the 61-byte header) is compressed as one unit; attributes bits 0-2 name the code
 =====  ======  ===============================================  ====================
 
 Every one of these libraries releases the GIL while it compresses. The choice was
-measured (README, "Compression"): ``lz4``'s frame API is about 13x faster than
+measured (docs/compression.md): ``lz4``'s frame API is about 13x faster than
 ``cramjam.lz4`` at its default level and lets us turn block linking off; ``zstandard``
 and ``cramjam.zstd`` are on par and ``zstandard`` exposes every level; ``zlib`` is
 faster than ``cramjam.gzip``; ``cramjam`` has the only maintained raw Snappy.

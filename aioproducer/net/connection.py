@@ -1,10 +1,11 @@
 """One TCP connection to one Kafka broker.
 
-:class:`BrokerConnection` is an :class:`asyncio.Protocol`: requests are written
-straight to the transport (``writelines``, no joining of record buffers) and
-responses are cut out of the byte stream in ``data_received`` and matched, in
-order, to a FIFO of in-flight requests (Kafka answers requests on a connection in
-the order they were sent).
+:class:`BrokerConnection` is an :class:`asyncio.Protocol`: a request is written
+from its parts, the record buffers not joined (one ``os.writev`` on asyncio's
+plain-TCP transport when nothing is buffered, else ``transport.writelines``; a
+request that expects no response is joined first), and responses are cut out of
+the byte stream in ``data_received`` and matched, in order, to a FIFO of in-flight
+requests (Kafka answers requests on a connection in the order they were sent).
 
 Failure model: any framing or correlation problem, a request timeout, or the
 socket going away makes the connection unusable; it is closed (aborted) at once
@@ -385,7 +386,8 @@ class BrokerConnection(asyncio.Protocol):
         """Write one request whose body is already encoded; zero copy.
 
         The request header and the 4-byte size are built here and written with the
-        body parts in one ``transport.writelines`` call. ``flexible`` is whether
+        body parts in one call: ``os.writev`` when the transport may be bypassed
+        (:meth:`_writev`), else ``transport.writelines``. ``flexible`` is whether
         this version of the API is flexible (request header v2 + response header v1,
         except ApiVersions whose responses always use header v0).
 
