@@ -148,3 +148,25 @@ async def test_expiry_in_flight_then_the_late_answer_resolves_the_partition() ->
         assert values_in_log(p) == [0, 1, 2]
     finally:
         await p.close()
+
+
+async def test_stale_metadata_retries_are_logged_once_per_partition_and_counted(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A new topic's leaders settling answer NOT_LEADER_OR_FOLLOWER for a while: one
+    warning per partition per metadata version, every retry counted."""
+    import logging
+
+    p = parts({"t": 3}, linger_ms=0, retry_backoff_ms=1, retry_backoff_max_ms=2)
+    try:
+        for part in range(3):
+            p.broker.refuse(("t", part), int(ErrorCode.not_leader_or_follower), times=6)
+        with caplog.at_level(logging.DEBUG, logger="aioproducer.sender"):
+            futures = [await send(p, b"v%d" % part, part) for part in range(3)]
+            metas = await settled(futures)
+        assert all(isinstance(m, RecordMetadata) for m in metas), metas
+        warned = [r for r in caplog.records if r.levelno == logging.WARNING
+                  and "retrying" in r.getMessage()]
+        assert sorted(r.getMessage().split(" ")[2] for r in warned) == ["t-0", "t-1", "t-2"]
+        assert p.sender.metrics.metadata_retries == 18
+    finally:
+        await p.close()
