@@ -17,7 +17,7 @@ from aioproducer.errors import (
     InvalidRecordError,
     NotLeaderOrFollowerError,
 )
-from aioproducer.record import RecordFuture, RecordMetadata
+from aioproducer.record import RecordFuture, RecordMetadata, SendManyResult
 
 pytestmark = pytest.mark.asyncio
 
@@ -168,5 +168,30 @@ async def test_stale_metadata_retries_are_logged_once_per_partition_and_counted(
                   and "retrying" in r.getMessage()]
         assert sorted(r.getMessage().split(" ")[2] for r in warned) == ["t-0", "t-1", "t-2"]
         assert p.sender.metrics.metadata_retries == 18
+    finally:
+        await p.close()
+
+
+async def test_awaiting_many_sends_as_one() -> None:
+    """SendManyResult.of(futures): one wait per batch instead of per record, the count
+    when all are acknowledged, the first typed error otherwise, every failure listed;
+    the same outcome as asyncio.gather over the futures."""
+    p = parts({"t": 2}, linger_ms=5, retry_backoff_ms=1, batch_size=256)
+    try:
+        futures = [await send(p, b"ok%03d" % i, i % 2) for i in range(60)]
+        assert await asyncio.wait_for(SendManyResult.of(futures), 5.0) == 60
+        assert [m.offset for m in await asyncio.gather(*futures)] == [
+            i // 2 for i in range(60)]
+        p.broker.refuse(("t", 1), int(ErrorCode.invalid_record))
+        futures = [await send(p, b"x%03d" % i, i % 2) for i in range(60)]
+        result = SendManyResult.of(futures)
+        with pytest.raises(InvalidRecordError):
+            await asyncio.wait_for(result, 5.0)
+        outcomes = await settled(futures)
+        failed = [i for i, o in enumerate(outcomes) if isinstance(o, Exception)]
+        assert failed and all(i % 2 == 1 for i in failed)
+        assert result.failed_count() == len(failed)
+        assert {(t, part) for t, part, _e in result.failures()} == {("t", 1)}
+        assert SendManyResult.of([]).count == 0 and await SendManyResult.of([]) == 0
     finally:
         await p.close()
