@@ -58,6 +58,7 @@ import json
 import logging
 import os
 import re
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
@@ -119,6 +120,18 @@ its transaction is prepared (the batch writer ignores the batch id)."""
 _CRASH_AFTER_COMMIT = "aioproducer.test.crashaftercommit"
 """Test hook: ``"<batch id>"``; the driver's commit() of that batch raises after its
 transactions are committed, before it is marked done (as if the driver died there)."""
+_FAIL_AT_ROW = "aioproducer.test.failatrow"
+"""Test hook: ``"<batch id>:<partition>:<row>"``; the first attempt of that task raises
+once at least ``row`` of its rows were sent and acknowledged by Kafka, its transaction
+still open (the batch writer ignores the batch id)."""
+_TRACE = "aioproducer.test.trace"
+"""Test hook: a directory; every task attempt keeps
+``<batch id>_<partition>_<attempt>.json`` there up to date (its Python worker's pid, the
+rows handed to the producer so far, its state), so that a test can kill its executor
+at a chosen moment."""
+_PACE = "aioproducer.test.pacems"
+"""Test hook: milliseconds a task sleeps after each Arrow batch it produced (so that a
+short test's tasks are still writing when it kills their executor)."""
 
 
 class TransactionLostError(PublishError):
@@ -223,6 +236,28 @@ class TxnMessage(TaskReport):
 # -- options -----------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
+class _Hooks:
+    """The test hooks of one write (options ``aioproducer.test.*``)."""
+
+    fail_at_row: tuple[int, int, int] | None = None
+    trace_dir: str | None = None
+    pace_s: float = 0.0
+
+
+def _hooks(opts: Mapping[str, str]) -> _Hooks | None:
+    fail = opts.get(_FAIL_AT_ROW)
+    trace = opts.get(_TRACE)
+    pace = float(opts.get(_PACE) or 0) / 1000
+    if not (fail or trace or pace):
+        return None
+    at = None
+    if fail:
+        b, p, r = (int(x) for x in fail.split(":"))
+        at = (b, p, r)
+    return _Hooks(at, trace, pace)
+
+
+@dataclasses.dataclass(frozen=True)
 class _Settings:
     topic: str | None
     options: dict[str, Any]
@@ -232,6 +267,7 @@ class _Settings:
     fail_once: tuple[int, int] | None = None
     crash_after_commit: int | None = None
     counters: WriteCounters | None = None
+    hooks: _Hooks | None = None
 
 
 _EXACTLY_ONCE = "exactlyOnce"
@@ -285,7 +321,8 @@ def _parse(options: Mapping[str, str], schema: StructType, streaming: bool) -> _
         if exactly_once:
             prefix = (opts.get("transactional.id.prefix")
                       or f"aioproducer-spark-batch-{uuid.uuid4().hex[:16]}")
-        return _Settings(topic, producer_options, prefix, fail_once=fail_once)
+        return _Settings(topic, producer_options, prefix, fail_once=fail_once,
+                         hooks=_hooks(opts))
     checkpoint = opts.get("checkpointlocation")
     log_dir = opts.get("aioproducer.commitlog")
     if log_dir is None:
@@ -298,7 +335,7 @@ def _parse(options: Mapping[str, str], schema: StructType, streaming: bool) -> _
         "aioproducer-spark-" + hashlib.sha256(log_dir.encode()).hexdigest()[:16])
     crash = opts.get(_CRASH_AFTER_COMMIT)
     return _Settings(topic, producer_options, prefix if exactly_once else None, log_dir,
-                     fail_once, None if crash is None else int(crash))
+                     fail_once, None if crash is None else int(crash), hooks=_hooks(opts))
 
 
 def _local_path(location: str) -> str:
@@ -416,7 +453,8 @@ async def _send_task_chunk(producer: Producer, chunk: _Chunk, tally: _TaskTally)
 
 
 async def _pump_task(producer: Producer, fetch: Callable[[], _Chunk | None],
-                     executor: ThreadPoolExecutor, tally: _TaskTally) -> None:
+                     executor: ThreadPoolExecutor, tally: _TaskTally,
+                     probe: _Probe | None = None) -> None:
     """Produce what ``fetch`` (run in ``executor``) returns until it returns None; the
     next chunk is read while the current one is produced."""
     loop = asyncio.get_running_loop()
@@ -428,12 +466,51 @@ async def _pump_task(producer: Producer, fetch: Callable[[], _Chunk | None],
                 return
             pending = loop.run_in_executor(executor, fetch)
             await _send_task_chunk(producer, chunk, tally)
+            if probe is not None:
+                await probe.after_chunk(producer, tally)
     finally:
         pending.add_done_callback(_retrieve)
 
 
+class _Probe:
+    """A task attempt's test hooks (:class:`_Hooks`): its trace file, its pace, its
+    injected failure."""
+
+    def __init__(self, hooks: _Hooks, batch_id: int, partition: int, attempt: int) -> None:
+        self.hooks = hooks
+        self.fail_at: int | None = None
+        if (hooks.fail_at_row is not None and attempt == 0
+                and hooks.fail_at_row[1] == partition
+                and (batch_id < 0 or hooks.fail_at_row[0] == batch_id)):
+            self.fail_at = hooks.fail_at_row[2]
+        self.path = (None if hooks.trace_dir is None else
+                     os.path.join(hooks.trace_dir, f"{batch_id}_{partition}_{attempt}.json"))
+
+    def trace(self, state: str, rows: int, **more: Any) -> None:
+        if self.path is None:
+            return
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        tmp = f"{self.path}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump({"pid": os.getpid(), "rows": rows, "state": state,
+                       "time": time.time(), **more}, f)
+        os.replace(tmp, self.path)
+
+    async def after_chunk(self, producer: Producer, tally: _TaskTally) -> None:
+        self.trace("writing", tally.records)
+        if self.fail_at is not None and tally.records >= self.fail_at:
+            await producer.flush()
+            await tally.wait_all()
+            self.trace("failing", tally.records)
+            raise PublishError(_task_failure(RuntimeError(
+                f"injected failure after {tally.records} rows were acknowledged, the "
+                "transaction open (option aioproducer.test.failAtRow)")))
+        if self.hooks.pace_s:
+            await asyncio.sleep(self.hooks.pace_s)
+
+
 def _run_task(settings: _Settings, batches: Iterator[pa.RecordBatch],
-              transactional_id: str | None, fail: bool
+              transactional_id: str | None, fail: bool, probe: _Probe | None = None
               ) -> tuple[_Tally, tuple[int, int] | None]:
     """Produce every batch; with a transactional id, in a transaction handed over open."""
     topic = settings.topic
@@ -454,7 +531,7 @@ def _run_task(settings: _Settings, batches: Iterator[pa.RecordBatch],
                 await producer.init_transactions()  # aborts a failed attempt's rows
                 producer.begin_transaction()
             try:
-                await _pump_task(producer, fetch, executor, tally)
+                await _pump_task(producer, fetch, executor, tally, probe)
                 await producer.flush()
                 await tally.wait_all()
                 if tally.failures:
@@ -464,6 +541,9 @@ def _run_task(settings: _Settings, batches: Iterator[pa.RecordBatch],
                                                      " records failed; first: ") from error
                 if transactional_id is not None:
                     handle = await producer.prepare_transaction()
+                if probe is not None:
+                    probe.trace("prepared" if handle else "written", tally.records,
+                                handle=handle)
             except BaseException:
                 if transactional_id is not None:
                     # Best effort, so that read_committed consumers are not held back
@@ -514,8 +594,9 @@ def _write_rows(s: _Settings, iterator: Iterator[pa.RecordBatch], batch_id: int
             yield from iterator
 
     tid = None if s.txn_prefix is None else f"{s.txn_prefix}-{partition}"
+    probe = None if s.hooks is None else _Probe(s.hooks, batch_id, partition, attempt)
     try:
-        tally, handle = _run_task(s, batches(), tid, fail)
+        tally, handle = _run_task(s, batches(), tid, fail, probe)
     except PublishError as exc:
         _report("task failed", {"partition": partition, "attempt": attempt,
                                 "batch_id": batch_id, "transactional_id": tid,
