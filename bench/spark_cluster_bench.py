@@ -17,10 +17,10 @@ Scenarios (``--scenario``, repeatable):
   workers are SIGKILLed at once. Spark runs the task again; the time from the kill
   until that partition's last stable offset moves on (the retry's
   ``init_transactions()`` aborts the killed attempt's transaction) is measured.
-- ``executor-kill-stream``: a ``rate`` source streamed exactly once; an executor killed
-  the same way after a seeded number of micro-batches.
-- ``worker-loss-stream``: the same, but the worker (its JVM, its executor and their
-  Python workers) is killed for good; the query goes on on the other worker.
+- ``stream-kills``: a ``rate`` source streamed exactly once; an executor killed the same
+  way after a seeded number of micro-batches, then, a few micro-batches later, a whole
+  worker (its JVM, its executor and their Python workers) killed for good: the query
+  goes on on the other worker.
 - ``driver-kill-stream``: the driver process killed (SIGKILL) twice at seeded points and
   restarted from its checkpoint, on the cluster, a task failing once inside the writer.
 - ``throughput``: ``--rows`` rows of 100-byte values through ``format("kafka")`` and
@@ -205,26 +205,34 @@ def _writer_options(spec: dict[str, Any]) -> dict[str, str]:
 
 
 def _driver_batch(spark: Any, spec: dict[str, Any]) -> None:
+    """``spec["writes"]`` one after another: the same rows into each write's topic."""
     value = ("cast(id AS string)" if not spec.get("pad") else
              f"lpad(cast(id AS string), {int(spec['pad'])}, '0')")
     cols = [f"cast({value} AS binary) AS value"]
     if spec.get("route", True):  # Spark partition i to Kafka partition i
         cols.append("cast(spark_partition_id() AS int) AS partition")
     df = spark.range(0, spec["rows"], numPartitions=spec["partitions"]).selectExpr(*cols)
-    writer = df.write.format(spec["format"]).mode("append")
-    for k, v in _writer_options(spec).items():
-        writer = writer.option(k, v)
-    started = time.monotonic()
-    try:
-        writer.save()
-    except Exception as exc:
-        _emit("failed", error=" ".join(str(exc).split())[:2000])
-        raise SystemExit(3) from None
-    _emit("written", seconds=time.monotonic() - started)
+    for i, write in enumerate(spec["writes"]):
+        writer = df.write.format(write.get("format", spec["format"])).mode("append")
+        options = {"kafka.bootstrap.servers": spec["bootstrap"], "topic": write["topic"],
+                   **write.get("options", {})}
+        for k, v in options.items():
+            writer = writer.option(k, v)
+        started = time.monotonic()
+        try:
+            writer.save()
+        except Exception as exc:
+            _emit("failed", write=i, error=" ".join(str(exc).split())[:2000])
+            raise SystemExit(3) from None
+        _emit("written", write=i, seconds=time.monotonic() - started)
 
 
 def _driver_stream(spark: Any, spec: dict[str, Any]) -> None:
-    df = (spark.readStream.format("rate").option("rowsPerSecond", str(spec["rate"]))
+    # rate-micro-batch: the same number of rows in every micro-batch, however late it
+    # runs (a rate source's backlog after a slow start or a restart would grow the
+    # micro-batches, and with them the paced tasks)
+    df = (spark.readStream.format("rate-micro-batch")
+          .option("rowsPerBatch", str(spec["rate"]))
           .option("numPartitions", str(spec["partitions"])).load()
           .selectExpr("cast(cast(value AS string) AS binary) AS value",
                       "cast(spark_partition_id() AS int) AS partition"))
@@ -454,9 +462,12 @@ class Result:
     kills: list[KillReport]
     seconds: float
     notes: list[str] = dataclasses.field(default_factory=list)
+    failed_attempt_rows: int = 0
+    """Rows acknowledged by task attempts that then failed inside the writer."""
 
     def summary(self) -> str:
         kills = "; ".join(
+            f"driver killed after micro-batch {k.batch_id}" if k.what == "driver" else
             f"{k.what} of worker {k.worker} killed in batch {k.batch_id} partition "
             f"{k.partition} after {k.rows_handed:,} rows (high watermark {k.high_watermark:,})"
             + ("" if k.kill_to_lso_s is None else
@@ -478,75 +489,95 @@ def _driver_conf(cluster: LocalSpark, **extra: str) -> dict[str, str]:
 
 
 def executor_kill_batch(cluster: LocalSpark, bootstrap: str, seed: int, work: Path, *,
-                        rows: int = 200_000, partitions: int = 4, exactly_once: bool = True,
-                        pace_ms: int = 25, arrow_batch: int = 1_000,
-                        txn_timeout_ms: int = 600_000, worker: bool = False,
-                        deadline_s: float = 300.0, log: Log = print) -> Result:
-    """A batch write of ``rows`` rows, an executor killed mid-write (seeded: which of the
-    first two tasks, after how many rows), read back row by row."""
+                        modes: tuple[str, ...] = ("eo", "alo"), rows: int = 200_000,
+                        partitions: int = 4, pace_ms: int = 25, arrow_batch: int = 1_000,
+                        txn_timeout_ms: int = 600_000, deadline_s: float = 300.0,
+                        log: Log = print) -> list[Result]:
+    """One driver, one batch write of ``rows`` rows per mode (``eo``: exactly once,
+    ``alo``: at-least-once), each into a fresh topic (Spark partition i to Kafka
+    partition i); in each, the executor of a seeded one of the first two tasks is
+    killed after a seeded number of its rows; everything read back row by row."""
     rng = random.Random(seed)
-    target = rng.randrange(min(2, partitions))
     per = rows // partitions
-    min_rows = int(per * rng.uniform(0.2, 0.6))
     started = time.monotonic()
     deadline = started + deadline_s
-    topic = create_topic(bootstrap, partitions)
-    trace_dir = work / f"trace-{topic}"
-    options = {"exactlyOnce": str(exactly_once).lower(),
-               "aioproducer.test.trace": str(trace_dir),
-               "aioproducer.test.paceMs": str(pace_ms)}
-    if exactly_once:
-        options["kafka.transaction.timeout.ms"] = str(txn_timeout_ms)
-    spec = {"job": "batch", "format": "aioproducer", "bootstrap": bootstrap, "topic": topic,
-            "rows": rows, "partitions": partitions, "options": options,
+    jobs = []
+    for mode in modes:
+        topic = create_topic(bootstrap, partitions)
+        options = {"exactlyOnce": str(mode == "eo").lower(),
+                   "aioproducer.test.trace": str(work / f"trace-{topic}"),
+                   "aioproducer.test.paceMs": str(pace_ms)}
+        if mode == "eo":
+            options["kafka.transaction.timeout.ms"] = str(txn_timeout_ms)
+        jobs.append({"topic": topic, "options": options, "mode": mode,
+                     "target": rng.randrange(min(2, partitions)),
+                     "min_rows": int(per * rng.uniform(0.2, 0.6))})
+    spec = {"job": "batch", "format": "aioproducer", "bootstrap": bootstrap, "rows": rows,
+            "partitions": partitions, "writes": jobs,
             "conf": _driver_conf(cluster, **{
                 "spark.sql.execution.arrow.maxRecordsPerBatch": str(arrow_batch)})}
-    log(f"executor-kill-batch seed={seed}: {rows:,} rows, {partitions} partitions, "
-        f"{'exactly once' if exactly_once else 'at-least-once'}; kill the executor of "
-        f"partition {target} after {min_rows:,} of its {per:,} rows; topic {topic}")
-    offsets = Offsets(bootstrap, topic)
-    driver = Driver(spec, work / f"driver-{topic}.log")
+    log(f"executor-kill-batch seed={seed}: {rows:,} rows, {partitions} partitions, per "
+        "write: " + "; ".join(f"{j['mode']}: kill the executor of partition {j['target']} "
+                              f"after {j['min_rows']:,} of its {per:,} rows"
+                              for j in jobs))
+    driver = Driver(spec, work / f"driver-{jobs[0]['topic']}.log")
+    kills = []
     try:
         driver.wait_event("started", deadline)
-        kill = kill_when(cluster, driver, trace_dir, offsets, partition=target,
-                         min_rows=min_rows, min_batch=-1, worker=worker,
-                         exactly_once=exactly_once, deadline=deadline, log=log)
-        driver.wait_event("written", deadline)
-        code = driver.wait(deadline)
-        if code != 0:
-            raise RuntimeError(f"the driver failed ({code}): {driver.error()}")
+        for job in jobs:
+            write_started = time.monotonic()
+            offsets = Offsets(bootstrap, job["topic"])
+            try:
+                kills.append(kill_when(cluster, driver, Path(job["options"][
+                    "aioproducer.test.trace"]), offsets, partition=job["target"],
+                    min_rows=job["min_rows"], min_batch=-1, worker=False,
+                    exactly_once=job["mode"] == "eo", deadline=deadline, log=log))
+                driver.wait_event("written", deadline)
+            finally:
+                offsets.close()
+            job["seconds"] = time.monotonic() - write_started
+        if driver.wait(deadline) != 0:
+            raise RuntimeError(f"the driver failed: {driver.error()}")
     finally:
         driver.close()
-        offsets.close()
-    committed = count([v for _, v in read_values(bootstrap, topic)], range(rows))
-    loose = read_values(bootstrap, topic, committed=False)
-    uncommitted = count([v for _, v in loose], range(rows))
-    result = Result(f"executor-kill-batch ({'eo' if exactly_once else 'alo'})", seed, rows,
-                    committed, uncommitted, [kill], time.monotonic() - started)
-    in_target = sum(1 for p, _ in loose if p == target)
-    result.notes.append(f"partition {target} holds {in_target:,} records "
-                        f"(read_uncommitted) for its {per:,} rows")
-    delete_topic(bootstrap, topic)
-    shutil.rmtree(trace_dir, ignore_errors=True)
-    return result
+    results = []
+    for job, kill in zip(jobs, kills, strict=True):
+        topic = job["topic"]
+        committed = count([v for _, v in read_values(bootstrap, topic)], range(rows))
+        loose = read_values(bootstrap, topic, committed=False)
+        result = Result(f"executor-kill-batch ({job['mode']})", seed, rows, committed,
+                        count([v for _, v in loose], range(rows)), [kill], job["seconds"])
+        in_target = sum(1 for p, _ in loose if p == job["target"])
+        result.notes.append(f"partition {job['target']} holds {in_target:,} records "
+                            f"(read_uncommitted) for its {per:,} rows")
+        results.append(result)
+        delete_topic(bootstrap, topic)
+        shutil.rmtree(job["options"]["aioproducer.test.trace"], ignore_errors=True)
+    return results
 
 
 def kill_stream(cluster: LocalSpark, bootstrap: str, seed: int, work: Path, *,
-                worker: bool = False, rate: int = 2_000, partitions: int = 2,
-                batches_before: tuple[int, int] = (2, 4), batches_after: int = 4,
-                pace_ms: int = 40, arrow_batch: int = 100, exactly_once: bool = True,
-                txn_timeout_ms: int = 600_000, deadline_s: float = 300.0,
-                log: Log = print) -> Result:
-    """A ``rate`` source streamed into ``format("aioproducer")`` on the cluster; after a
-    seeded number of micro-batches, the executor (or the whole worker, for good) that
-    runs a seeded partition's task is killed mid-write; the query goes on for
-    ``batches_after`` more micro-batches, stops between two, and every generated value
-    is counted."""
+                kills: tuple[str, ...] = ("executor", "worker", "driver"),
+                rate: int = 1_000, partitions: int = 2,
+                batches_between: tuple[int, int] = (2, 3), batches_after: int = 3,
+                fail_at_row: int | None = 150, pace_ms: int = 50, arrow_batch: int = 100,
+                exactly_once: bool = True, txn_timeout_ms: int = 600_000,
+                deadline_s: float = 400.0, log: Log = print) -> Result:
+    """A ``rate-micro-batch`` source (``rate`` rows per micro-batch) streamed into
+    ``format("aioproducer")`` on the cluster. For each of ``kills`` in turn, after a
+    seeded number of micro-batches: ``executor``: the executor running a seeded
+    partition's task is killed mid-write; ``worker``: the same with its whole worker,
+    for good (not restarted here: the query goes on on the other worker); ``driver``:
+    the driver process group is SIGKILLed a seeded 0-1 s later and started again from
+    its checkpoint. With ``fail_at_row``, micro-batch 2's task of a seeded partition
+    fails once inside the writer after that many of its rows were acknowledged (its
+    transaction open). Then ``batches_after`` more micro-batches, a stop between two,
+    and every generated value is counted."""
     rng = random.Random(seed)
-    target = rng.randrange(partitions)
-    after = rng.randint(*batches_before)
     per = rate // partitions
-    min_rows = int(per * rng.uniform(0.2, 0.6))
+    plan = [(what, rng.randrange(partitions), rng.randint(*batches_between),
+             int(per * rng.uniform(0.2, 0.6)), rng.uniform(0.0, 1.0)) for what in kills]
+    fail_partition = rng.randrange(partitions)
     started = time.monotonic()
     deadline = started + deadline_s
     topic = create_topic(bootstrap, partitions)
@@ -556,7 +587,9 @@ def kill_stream(cluster: LocalSpark, bootstrap: str, seed: int, work: Path, *,
                "aioproducer.test.paceMs": str(pace_ms)}
     if exactly_once:
         options["kafka.transaction.timeout.ms"] = str(txn_timeout_ms)
-    what = "worker-loss-stream" if worker else "executor-kill-stream"
+    if fail_at_row is not None:
+        options["aioproducer.test.failAtRow"] = f"2:{fail_partition}:{fail_at_row}"
+    name = "stream-kills (" + ", ".join(kills) + ")"
     spec = {"job": "stream", "format": "aioproducer", "bootstrap": bootstrap,
             "topic": topic, "rate": rate, "partitions": partitions,
             "checkpoint": str(work / f"ckpt-{topic}"), "options": options,
@@ -564,24 +597,42 @@ def kill_stream(cluster: LocalSpark, bootstrap: str, seed: int, work: Path, *,
             "stop_file": str(work / f"stop-{topic}"),
             "conf": _driver_conf(cluster, **{
                 "spark.sql.execution.arrow.maxRecordsPerBatch": str(arrow_batch)})}
-    log(f"{what} seed={seed}: rate {rate:,}/s, {partitions} partitions; after {after} "
-        f"micro-batches, kill the {'worker' if worker else 'executor'} of partition "
-        f"{target} after {min_rows:,} rows of its task; topic {topic}")
+    log(f"{name} seed={seed}: {rate:,} rows per micro-batch, {partitions} partitions; "
+        + ("" if fail_at_row is None else
+           f"micro-batch 2 partition {fail_partition} fails at row {fail_at_row}; ")
+        + "; then ".join(
+            f"after {n} micro-batches, "
+            + (f"kill the driver {delay:.3f} s later" if what == "driver" else
+               f"kill the {what} running partition {target} after {rows:,} rows of its "
+               "task")
+            for what, target, n, rows, delay in plan) + f"; topic {topic}")
     offsets = Offsets(bootstrap, topic)
-    driver = Driver(spec, work / f"driver-{topic}.log")
+    runs = 0
+    driver = Driver(spec, work / f"driver-{topic}-{runs}.log")
+    reports = []
     try:
         driver.wait_event("started", deadline)
-        for _ in range(after):
-            driver.wait_event("batch", deadline)
-        last = [e for e in driver.events if e["event"] == "batch"][-1]["batch_id"]
-        kill = kill_when(cluster, driver, trace_dir, offsets, partition=target,
-                         min_rows=min_rows, min_batch=last + 1, worker=worker,
-                         exactly_once=exactly_once, deadline=deadline, log=log)
-        seen = len([e for e in driver.events if e["event"] == "batch"])
+        for what, target, n, min_rows, delay in plan:
+            for _ in range(n):
+                driver.wait_event("batch", deadline)
+            last = [e for e in driver.events if e["event"] == "batch"][-1]["batch_id"]
+            if what == "driver":
+                time.sleep(delay)
+                driver.kill()
+                driver.close()
+                log(f"killed the driver (SIGKILL, its process group) {delay:.3f} s after "
+                    f"micro-batch {last}; starting it again from its checkpoint")
+                reports.append(KillReport("driver", last, -1, 0, -1, -1, -1, 1))
+                runs += 1
+                driver = Driver(spec, work / f"driver-{topic}-{runs}.log")
+                driver.wait_event("started", deadline)
+                continue
+            reports.append(kill_when(cluster, driver, trace_dir, offsets, partition=target,
+                                     min_rows=min_rows, min_batch=last + 1,
+                                     worker=what == "worker", exactly_once=exactly_once,
+                                     deadline=deadline, log=log))
         for _ in range(batches_after):
             driver.wait_event("batch", deadline)
-        log(f"{what}: {batches_after} more micro-batches after the kill "
-            f"({seen} before it)")
         Path(spec["stop_file"]).touch()  # the query stops between micro-batches
         driver.wait_event("stopped", deadline)
         if driver.wait(deadline) != 0:
@@ -592,8 +643,12 @@ def kill_stream(cluster: LocalSpark, bootstrap: str, seed: int, work: Path, *,
     committed = count([v for _, v in read_values(bootstrap, topic)], None)
     uncommitted = count([v for _, v in read_values(bootstrap, topic, committed=False)],
                         None)
-    result = Result(what, seed, None, committed, uncommitted, [kill],
+    result = Result(name, seed, None, committed, uncommitted, reports,
                     time.monotonic() - started)
+    failing = {k: t["rows"] for k, t in traces(trace_dir).items() if t["state"] == "failing"}
+    result.failed_attempt_rows = sum(failing.values())
+    result.notes.append("task attempts failed inside the writer (batch, partition, "
+                        f"attempt: rows acknowledged): {failing}")
     delete_topic(bootstrap, topic)
     shutil.rmtree(trace_dir, ignore_errors=True)
     return result
@@ -690,8 +745,7 @@ def main(argv: list[str] | None = None) -> int:
                                 description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scenario", action="append", default=[], choices=(
-        "executor-kill-batch", "executor-kill-stream", "worker-loss-stream",
-        "driver-kill-stream", "throughput"))
+        "executor-kill-batch", "stream-kills", "driver-kill-stream", "throughput"))
     p.add_argument("--mode", action="append", choices=("eo", "alo"), default=[],
                    help="executor-kill-batch: exactly once and/or at-least-once")
     p.add_argument("--rows", type=int, default=1_000_000)
@@ -709,18 +763,16 @@ def main(argv: list[str] | None = None) -> int:
     with clusters(args.bootstrap, args.spark_dir) as (bootstrap, spark):
         for scenario in args.scenario or ["executor-kill-batch"]:
             if scenario == "executor-kill-batch":
-                for mode in args.mode or ["eo", "alo"]:
-                    for rep in range(args.reps):
-                        r = executor_kill_batch(spark, bootstrap, seed + rep, work,
-                                                rows=args.rows, partitions=args.partitions,
-                                                exactly_once=mode == "eo",
-                                                pace_ms=args.pace_ms, deadline_s=1800)
-                        print(r.summary(), *r.notes, sep="\n  ", flush=True)
-                        spark.ensure_running()
-            elif scenario in ("executor-kill-stream", "worker-loss-stream"):
                 for rep in range(args.reps):
-                    r = kill_stream(spark, bootstrap, seed + rep, work,
-                                    worker=scenario == "worker-loss-stream")
+                    for r in executor_kill_batch(spark, bootstrap, seed + rep, work,
+                                                 modes=tuple(args.mode or ["eo", "alo"]),
+                                                 rows=args.rows, partitions=args.partitions,
+                                                 pace_ms=args.pace_ms, deadline_s=1800):
+                        print(r.summary(), *r.notes, sep="\n  ", flush=True)
+                    spark.ensure_running()
+            elif scenario == "stream-kills":
+                for rep in range(args.reps):
+                    r = kill_stream(spark, bootstrap, seed + rep, work)
                     print(r.summary(), *r.notes, sep="\n  ", flush=True)
                     spark.ensure_running()
             elif scenario == "driver-kill-stream":
