@@ -511,6 +511,111 @@ class LocalSpark:
         return "\n".join(lines)
 
 
+class SparkConnectServer:
+    """A Spark Connect server on 127.0.0.1 (pyspark's ``spark-submit`` running
+    ``org.apache.spark.sql.connect.service.SparkConnectServer``, from the
+    ``spark-connect`` jar pyspark ships): the driver of the sessions that Spark Connect
+    clients (``SparkSession.builder.remote(server.remote)``, ``pyspark[connect]``) open.
+    ``master`` is where its executors run (``local[2]``, or a :class:`LocalSpark`'s
+    ``master_url``). Its Python workers (which run a Python data source's ``writer()``,
+    ``commit()`` and, in local mode, its tasks) use ``PYSPARK_PYTHON`` (default: this
+    interpreter). Stopped with the process that started it (a watchdog), like the
+    clusters."""
+
+    def __init__(self, state_dir: str | os.PathLike[str], master: str = "local[2]", *,
+                 conf: Mapping[str, str] | None = None, stop_with_owner: bool = True,
+                 ttl: float | None = None) -> None:
+        self.state_dir = Path(state_dir).expanduser().absolute()
+        self.master = master
+        self.conf = dict(conf or {})
+        self.stop_with_owner = stop_with_owner
+        self.ttl = ttl
+        self.port: int | None = None
+        self.pid: int | None = None
+
+    @property
+    def remote(self) -> str:
+        """The ``sc://`` address clients connect to."""
+        if self.port is None:
+            raise RuntimeError("the Spark Connect server is not started")
+        return f"sc://{_HOST}:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.state_dir / "output.log"
+
+    def start(self, timeout: float = 180.0) -> str:
+        """Start the server and wait until it accepts connections; returns ``remote``."""
+        import socket
+
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.port = _free_ports(1)[0]
+        marker = str(self.state_dir)
+        conf = {"spark.connect.grpc.binding.address": _HOST,
+                "spark.connect.grpc.binding.port": str(self.port),
+                "spark.driver.host": _HOST, "spark.driver.bindAddress": _HOST,
+                "spark.ui.enabled": "false",
+                "spark.driver.extraJavaOptions": f"-Daioproducer.spark.node={marker}",
+                **self.conf}
+        argv = [str(spark_home() / "bin" / "spark-submit"), "--class",
+                "org.apache.spark.sql.connect.service.SparkConnectServer",
+                "--name", "aioproducer Spark Connect server", "--master", self.master]
+        for k, v in conf.items():
+            argv += ["--conf", f"{k}={v}"]
+        env = LocalSpark(self.state_dir)._env(marker, "")
+        self.pid = _spawn(argv, self.log_path, env)
+        state: dict[str, Any] = {
+            "state": "running", "watchdog_pid": None,
+            "nodes": [{"name": "connect", "pid": self.pid, "marker": marker}]}
+        if self.stop_with_owner or self.ttl:
+            owner = os.getpid() if self.stop_with_owner else 0
+            deadline = time.time() + self.ttl if self.ttl else 0.0
+            state_file = self.state_dir / _STATE_FILE
+            state["watchdog_pid"] = _spawn(
+                [sys.executable, "-I", "-c", _WATCHDOG, str(state_file), str(owner),
+                 (_proc_start_time(owner) or "") if owner else "", str(deadline),
+                 _WATCHDOG_MARKER], self.state_dir / "watchdog.log")
+            state_file.write_text(json.dumps(state))
+        self._state = state
+        deadline = time.monotonic() + timeout
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(
+                    (_HOST, self.port), timeout=1.0):
+                return self.remote
+            if not _pid_alive(self.pid):
+                raise SparkClusterError("the Spark Connect server exited while starting",
+                                        _tail(self.log_path.read_text(errors="replace"), 40))
+            if time.monotonic() > deadline:
+                self.stop()
+                raise SparkClusterError("the Spark Connect server did not listen in time",
+                                        _tail(self.log_path.read_text(errors="replace"), 40))
+            time.sleep(0.2)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop the server (SIGTERM, then SIGKILL) and the Python workers below it."""
+        if self.pid is None:
+            return
+        below = _descendants(self.pid)
+        state = getattr(self, "_state", None)
+        if state is not None:
+            state["state"] = "stopped"
+            (self.state_dir / _STATE_FILE).write_text(json.dumps(state))
+        _terminate({self.pid: None}, timeout)
+        kill_tree([p for p in below if _pid_alive(p)])
+        wd = state.get("watchdog_pid") if state else None
+        if wd and _pid_alive(wd, _WATCHDOG_MARKER):
+            _signal(wd, signal.SIGTERM)
+            _wait_gone({wd: None}, 5.0)
+        self.pid = None
+
+    def __enter__(self) -> SparkConnectServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
 def iter_pids(cluster: LocalSpark) -> Iterator[int]:
     """Every live process of the cluster (daemons, executors, Python workers)."""
     state = cluster._load() or {}

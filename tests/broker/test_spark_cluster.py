@@ -79,12 +79,12 @@ def test_stream_exactly_once_through_executor_worker_and_driver_kills(
     seed = _seed("stream-kills")
     r = kill_stream(spark_cluster, kafka_cluster3.bootstrap, seed, tmp_path,
                     kills=("executor", "worker", "driver"), rate=1_000, partitions=2,
-                    batches_between=(2, 3), batches_after=3, fail_at_row=150,
+                    batches_between=(1, 2), batches_after=2, fail_at_row=150,
                     txn_timeout_ms=TXN_TIMEOUT_S * 1000, deadline_s=420)
     print(r.summary(), *r.notes, sep="\n  ")
     assert [k.what for k in r.kills] == ["executor", "worker", "driver"]
     assert (r.committed.lost, r.committed.duplicated) == (0, 0), f"seed={seed}"
-    assert r.committed.rows >= 9 * 1_000, f"seed={seed}"
+    assert r.committed.rows >= 5 * 1_000, f"seed={seed}"
     executor, worker, _ = r.kills
     for kill in (executor, worker):
         assert kill.kill_to_lso_s is not None, f"seed={seed}: {kill}"

@@ -600,7 +600,7 @@ async def test_batch_recovery_rolls_back_and_reports_lost_transactions(
         return (tid, *handle)
 
     await asyncio.gather(prepare(0), prepare(1))
-    assert _committed_values(kafka_bootstrap, topic) == []
+    assert consume_all(kafka_bootstrap, topic, 0, timeout=3, isolation="read_committed") == []
     started = time.monotonic()
     await asyncio.to_thread(spark_source._recover_batch, settings)
     assert _wait_no_open_transaction(kafka_bootstrap, topic) < 3.0  # not the 5 s timeout
@@ -615,4 +615,4 @@ async def test_batch_recovery_rolls_back_and_reports_lost_transactions(
         await asyncio.to_thread(spark_source._recover_batch, settings)
     assert not (log_dir / "batch.intent").exists()
     assert len(list(log_dir.glob("batch.lost-*.json"))) == 1
-    assert _committed_values(kafka_bootstrap, topic) == []
+    assert consume_all(kafka_bootstrap, topic, 0, timeout=3, isolation="read_committed") == []
