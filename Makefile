@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 DOCS_STAMP := $(VENV)/.docs-installed
 # The newest pyspark whose spark-sql-kafka-0-10 jar is on Maven Central (4.2.1's and
 # 4.3.0's are not): bench/spark_bench.py runs Spark's Kafka sink of the same version.
-PYSPARK := pyspark[sql]==4.2.0
+PYSPARK := pyspark[sql,connect]==4.2.0
 
 .PHONY: venv build broker broker-stop demo test lint bench docs clean
 

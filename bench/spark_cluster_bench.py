@@ -182,14 +182,19 @@ def _driver(spec: dict[str, Any]) -> None:
 
     import aioproducer.spark_source as source
 
-    builder = SparkSession.builder.appName(f"aioproducer-{spec['job']}")
-    for k, v in spec["conf"].items():
-        builder = builder.config(k, v)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    source.register(spark)
-    _emit("started", app_id=spark.sparkContext.applicationId,
-          ui=spark.sparkContext.uiWebUrl)
+    if spec.get("remote"):  # a Spark Connect client: no JVM in this process
+        spark = SparkSession.builder.remote(spec["remote"]).getOrCreate()
+        counters = source.register(spark)
+        _emit("started", connect=True, counters=counters is not None)
+    else:
+        builder = SparkSession.builder.appName(f"aioproducer-{spec['job']}")
+        for k, v in spec["conf"].items():
+            builder = builder.config(k, v)
+        spark = builder.getOrCreate()
+        spark.sparkContext.setLogLevel("ERROR")
+        source.register(spark)
+        _emit("started", app_id=spark.sparkContext.applicationId,
+              ui=spark.sparkContext.uiWebUrl)
     try:
         if spec["job"] == "batch":
             _driver_batch(spark, spec)
@@ -197,6 +202,13 @@ def _driver(spec: dict[str, Any]) -> None:
             _driver_stream(spark, spec)
     finally:
         spark.stop()
+
+
+def _field(progress: Any, name: str) -> Any:
+    """A field of a streaming progress: an attribute of Spark Connect's
+    ``StreamingQueryProgress`` (its ``[name]`` is None there), a key of classic's."""
+    value = getattr(progress, name, None)
+    return progress[name] if value is None else value
 
 
 def _writer_options(spec: dict[str, Any]) -> dict[str, str]:
@@ -211,13 +223,16 @@ def _driver_batch(spark: Any, spec: dict[str, Any]) -> None:
     cols = [f"cast({value} AS binary) AS value"]
     if spec.get("route", True):  # Spark partition i to Kafka partition i
         cols.append("cast(spark_partition_id() AS int) AS partition")
-    df = spark.range(0, spec["rows"], numPartitions=spec["partitions"]).selectExpr(*cols)
     for i, write in enumerate(spec["writes"]):
+        df = spark.range(0, write.get("rows", spec["rows"]),
+                         numPartitions=spec["partitions"]).selectExpr(*cols)
         writer = df.write.format(write.get("format", spec["format"])).mode("append")
         options = {"kafka.bootstrap.servers": spec["bootstrap"], "topic": write["topic"],
                    **write.get("options", {})}
         for k, v in options.items():
             writer = writer.option(k, v)
+        if spec.get("announce"):
+            _emit("writing", write=i)
         started = time.monotonic()
         try:
             writer.save()
@@ -253,10 +268,10 @@ def _driver_stream(spark: Any, spec: dict[str, Any]) -> None:
         if time.monotonic() > deadline:
             _emit("failed", error="deadline")
             raise SystemExit(4)
-        now = sum(1 for p in query.recentProgress if p["numInputRows"] > 0)
+        now = sum(1 for p in query.recentProgress if (_field(p, "numInputRows") or 0) > 0)
         if now > done:
             done = now
-            _emit("batch", n=done, batch_id=query.lastProgress["batchId"])
+            _emit("batch", n=done, batch_id=_field(query.lastProgress, "batchId"))
         time.sleep(0.05)
     # Stop between micro-batches, not inside the driver's commit().
     stop_by = time.monotonic() + 30

@@ -523,9 +523,10 @@ class SparkConnectServer:
     clusters."""
 
     def __init__(self, state_dir: str | os.PathLike[str], master: str = "local[2]", *,
-                 conf: Mapping[str, str] | None = None, stop_with_owner: bool = True,
-                 ttl: float | None = None) -> None:
+                 conf: Mapping[str, str] | None = None, memory: str = "1g",
+                 stop_with_owner: bool = True, ttl: float | None = None) -> None:
         self.state_dir = Path(state_dir).expanduser().absolute()
+        self.memory = memory
         self.master = master
         self.conf = dict(conf or {})
         self.stop_with_owner = stop_with_owner
@@ -563,6 +564,9 @@ class SparkConnectServer:
         for k, v in conf.items():
             argv += ["--conf", f"{k}={v}"]
         env = LocalSpark(self.state_dir)._env(marker, "")
+        # spark-submit sizes a Spark Connect server's heap as a daemon's (as the Thrift
+        # server's): SPARK_DAEMON_MEMORY, which the clusters' daemons set small.
+        env["SPARK_DAEMON_MEMORY"] = self.memory
         self.pid = _spawn(argv, self.log_path, env)
         state: dict[str, Any] = {
             "state": "running", "watchdog_pid": None,
