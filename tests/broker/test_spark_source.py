@@ -505,18 +505,17 @@ def _wait_no_open_transaction(bootstrap: str, topic: str, timeout: float = 60.0)
 
 
 @pytest.mark.slow  # a Spark streaming query, twice
-@pytest.mark.parametrize("committed_before", [0, 1], ids=["none-committed",
-                                                          "one-of-two-committed"])
 def test_stream_replay_rewrites_transactions_the_coordinator_aborted(
-        spark: Any, kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
-        committed_before: int) -> None:
-    """The driver dies during batch 2's commit, after recording its transactions and
-    committing ``committed_before`` of the two, and stays down past the transaction
-    timeout (6 s): the coordinator aborts the rest. On restart the replayed tasks
-    commit their recorded transaction when it is still committable and, when the
-    coordinator had aborted it, write their rows again in a new one, which the driver
-    commits: every row once, none lost (it used to raise TransactionLostError, the
-    rows lost)."""
+        spark: Any, kafka_bootstrap: str, topic_factory: TopicFactory,
+        tmp_path: Path) -> None:
+    """The driver dies during batch 2's commit, after recording its two transactions and
+    committing one, and stays down past the transaction timeout (6 s): the coordinator
+    aborts the other. On restart the replayed task of the committed one finds it
+    committed (a repeated commit) and writes nothing; the other's task finds its
+    transaction aborted and writes its rows again in a new one, which the driver
+    commits: every row once, none lost (it used to raise TransactionLostError, the rows
+    lost)."""
+    committed_before = 1
     topic = topic_factory(partitions=2)
     checkpoint = tmp_path / "ckpt"
     with pytest.raises(AssertionError, match="injected crash in the commit of batch 2"):
@@ -568,8 +567,7 @@ def test_batch_write_commit_finished_by_the_next_write(
     assert not list((log_dir / "batch-tasks").iterdir())
 
 
-@pytest.mark.asyncio
-async def test_batch_recovery_rolls_back_and_reports_lost_transactions(
+def test_batch_recovery_rolls_back_and_reports_lost_transactions(
         kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path) -> None:
     """What the next write's recovery does with what a dead driver left, without Spark:
     (1) no decision recorded: the tasks' open transactions are aborted at once (the last
@@ -599,20 +597,23 @@ async def test_batch_recovery_rolls_back_and_reports_lost_transactions(
         assert handle is not None
         return (tid, *handle)
 
-    await asyncio.gather(prepare(0), prepare(1))
+    async def prepare_both() -> list[tuple[str, int, int]]:
+        return list(await asyncio.gather(prepare(0), prepare(1)))
+
+    asyncio.run(prepare_both())
     assert consume_all(kafka_bootstrap, topic, 0, timeout=3, isolation="read_committed") == []
     started = time.monotonic()
-    await asyncio.to_thread(spark_source._recover_batch, settings)
+    spark_source._recover_batch(settings)
     assert _wait_no_open_transaction(kafka_bootstrap, topic) < 3.0  # not the 5 s timeout
     assert time.monotonic() - started < 5.0
     assert not list((log_dir / "batch-tasks").iterdir())
 
-    txns = await asyncio.gather(prepare(0), prepare(1))
+    txns = asyncio.run(prepare_both())
     spark_source._write_atomic(str(log_dir / "batch.intent"), json.dumps(
         {"transactions": txns}))
-    await asyncio.to_thread(_wait_no_open_transaction, kafka_bootstrap, topic)  # timed out
+    _wait_no_open_transaction(kafka_bootstrap, topic)  # the coordinator's timeout
     with pytest.raises(spark_source.TransactionLostError, match="2 of its 2 transactions"):
-        await asyncio.to_thread(spark_source._recover_batch, settings)
+        spark_source._recover_batch(settings)
     assert not (log_dir / "batch.intent").exists()
     assert len(list(log_dir.glob("batch.lost-*.json"))) == 1
     assert consume_all(kafka_bootstrap, topic, 0, timeout=3, isolation="read_committed") == []
