@@ -726,16 +726,31 @@ class _BatchWriter(DataSourceArrowWriter):
         s = self.settings
         if s.commit_log is not None and os.path.exists(_batch_intent(s.commit_log)):
             return  # decided: the next write with this commit log finishes the commit
-        txns = _transactions(messages)
-        if txns:
-            try:
-                asyncio.run(_end(s.options, txns, commit=False))
-            except TransactionLostError as exc:  # aborted anyway, by the coordinator
-                log.warning("format(\"aioproducer\"): abort: %s", exc)
+        _abort_all(s, messages)
         if s.commit_log is not None:
-            # Tasks that died with their transaction open (a lost executor) left it to
-            # their id: initializing each id aborts what it holds.
             asyncio.run(_roll_back(s.options, s.commit_log))
+
+
+def _abort_all(s: _Settings, messages: list[WriterCommitMessage | None]) -> None:
+    """A failed write's transactions: those of the tasks that succeeded (resumed and
+    aborted), and those that tasks which failed or were killed (Spark cancels the
+    tasks still running when the job fails) may have left open: their commit message
+    is None, and initializing their transactional id (``<prefix>-<partition>``: the
+    list has one entry per partition) aborts what it holds at once, rather than at
+    the transaction timeout."""
+    txns = _transactions(messages)
+    if txns:
+        try:
+            asyncio.run(_end(s.options, txns, commit=False))
+        except TransactionLostError as exc:  # aborted anyway, by the coordinator
+            log.warning("format(\"aioproducer\"): abort: %s", exc)
+    if s.txn_prefix is not None:
+        ids = [f"{s.txn_prefix}-{i}" for i, m in enumerate(messages) if m is None]
+        if ids:
+            try:
+                asyncio.run(_init_ids(s.options, ids))
+            except KafkaError as exc:
+                log.warning("format(\"aioproducer\"): abort: %s", exc)
 
 
 _BATCH_TASKS = "batch-tasks"
@@ -773,6 +788,14 @@ async def _roll_back(options: Mapping[str, Any], log_dir: str) -> int:
     ids = sorted(name[:-len(".json")] for name in
                  (os.listdir(tasks) if os.path.isdir(tasks) else [])
                  if name.endswith(".json"))
+    await _init_ids(options, ids)
+    _clear_batch(log_dir)
+    return len(ids)
+
+
+async def _init_ids(options: Mapping[str, Any], ids: list[str]) -> None:
+    """``init_transactions()`` on each transactional id (at most 16 at a time): the
+    coordinator aborts the transaction it holds open, if any."""
     slots = asyncio.Semaphore(_COMMIT_CONCURRENCY)
 
     async def one(tid: str) -> None:
@@ -780,8 +803,6 @@ async def _roll_back(options: Mapping[str, Any], log_dir: str) -> int:
             await producer.init_transactions()
 
     await asyncio.gather(*(one(t) for t in ids))
-    _clear_batch(log_dir)
-    return len(ids)
 
 
 def _recover_batch(s: _Settings) -> None:
@@ -1024,11 +1045,12 @@ class _StreamWriter(DataSourceStreamArrowWriter):
         s = self.settings
         assert s.commit_log is not None
         recorded = _read_intent(s.commit_log, batchId)
-        txns = _transactions(messages)
-        if recorded is not None:
-            # Recorded for commit: a restart commits it. Only transactions of a failed
-            # replay that rewrote lost ones are not in the record: abort those.
-            txns = [t for t in txns if t not in recorded]
+        if recorded is None:
+            _abort_all(s, messages)
+            return
+        # Recorded for commit: a restart commits it. Only transactions of a failed replay
+        # that rewrote lost ones are not in the record: abort those.
+        txns = [t for t in _transactions(messages) if t not in recorded]
         if txns:
             try:
                 asyncio.run(_end(s.options, txns, commit=False))

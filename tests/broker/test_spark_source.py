@@ -146,16 +146,22 @@ def test_batch_exactly_once_with_a_retried_task(spark: Any, kafka_bootstrap: str
 def test_batch_exactly_once_failed_job_aborts_every_transaction(
         spark: Any, kafka_bootstrap: str, topic_factory: TopicFactory) -> None:
     """Partition 1 holds a record over max.request.size: its task fails (twice) and so
-    does the job. The driver's abort() aborts partition 0's prepared transaction and
-    the failed task aborted its own: read_committed sees none of the rows, and the
-    transactions are ended, not left open (a later committed write is visible at
-    once, long before the 120 s transaction timeout would end them)."""
+    does the job, while partition 0's task is still writing (it sleeps 15 s after its
+    rows, test option paceMs): Spark cancels it, its transaction open. The failed task
+    aborted its own, and the driver's abort() initializes the transactional id of
+    every task without a commit message, which aborts partition 0's: read_committed
+    sees none of the rows, and the transactions are ended, not left open (a later
+    committed write is visible at once, long before the 120 s transaction timeout
+    would end them). Before abort() did so, a task cancelled mid-write (a job that
+    failed while it ran: which one finished first was up to the machine's load) held
+    the partition back until the timeout."""
     topic = topic_factory(partitions=1)
     df = spark.range(0, 20, numPartitions=2).selectExpr(
         "CASE WHEN id = 13 THEN repeat('x', 5000) ELSE cast(id AS string) END AS value")
     with pytest.raises(Exception, match="RecordPublishError"):
         _exactly_once_batch(df, kafka_bootstrap, topic,
-                            **{"kafka.max.request.size": "2000"})
+                            **{"kafka.max.request.size": "2000",
+                               "aioproducer.test.paceMs": "15000"})
     started = time.monotonic()
     later = spark.range(100, 110, numPartitions=1).selectExpr("cast(id AS string) AS value")
     _exactly_once_batch(later, kafka_bootstrap, topic)
