@@ -37,11 +37,16 @@ producer id, epoch). The driver's ``commit(messages, batch_id)`` first records t
 the commit log (``<checkpointLocation>/aioproducer/<batch_id>.intent``), then resumes
 and commits each transaction (:meth:`Producer.resume_transaction`, no InitProducerId),
 then marks the batch done (``<batch_id>.done``). A task of a batch that already has an
-intent (a restarted query replaying it) writes nothing, and the driver commits the
-recorded transactions again (a commit repeated is a retry to the coordinator) instead:
-each row is committed once even when the driver dies between the commits. A retried
-task attempt re-initialises the same transactional id, which aborts what the failed
-attempt wrote.
+intent (a restarted query replaying it) commits its partition's recorded transaction
+(a commit repeated is a retry to the coordinator) and writes nothing; if the
+coordinator had aborted it (the driver was down longer than the transaction timeout),
+the task writes its rows again in a new transaction, which replaces the lost one in the
+intent: each row is committed once whenever the driver dies, for however long. A
+retried task attempt re-initialises the same transactional id, which aborts what the
+failed (or killed) attempt wrote; a failed write's ``abort()`` initialises the ids of
+the tasks that left no commit message. Exactly-once batch writes with option
+``aioproducer.commitLog`` record their commit decision too, and the next write with
+that log finishes (or rolls back) what a driver that died left.
 
 Spark's Python Data Source API (4.2) has no way to report a writer's own metrics: the
 counts (rows, bytes, failures) travel in the commit messages, and the driver logs them
