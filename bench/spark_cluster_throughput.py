@@ -149,14 +149,21 @@ def throughput(cluster: LocalSpark, bootstrap: str, rows: int, reps: int, work: 
             after = sampler.mark()
             assert done["write"] == i
             used = Sampler.window(before, after)
+            exactly = SINKS[name][1].get("exactlyOnce") == "true"
             offsets = Offsets(bootstrap, topic)
             try:
                 parts = range(topic_partitions)
-                high = sum(offsets.end(p, committed=False) for p in parts)
-                stable = sum(offsets.end(p, committed=True) for p in parts)
+                # The coordinator writes the commit markers after EndTxn has answered:
+                # the last stable offset catches up with the high watermark shortly after.
+                settle_by = time.monotonic() + (60 if exactly else 0)
+                while True:
+                    high = sum(offsets.end(p, committed=False) for p in parts)
+                    stable = sum(offsets.end(p, committed=True) for p in parts)
+                    if stable == high or time.monotonic() > settle_by:
+                        break
+                    time.sleep(0.5)
             finally:
                 offsets.close()
-            exactly = SINKS[name][1].get("exactlyOnce") == "true"
             ok = (high >= n and stable == high) if exactly else high == n
             seconds = float(done["seconds"])
             row = {"sink": name, "rows": n, "seconds": seconds, "rows_per_s": n / seconds,
