@@ -36,6 +36,7 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader
 
 from aioproducer.accumulator import RecordAccumulator
+from aioproducer.compression import codec_id, make_compressor
 from aioproducer.config import ProducerConfig
 from aioproducer.errors import KafkaConnectionError
 from aioproducer.metadata import Cluster, Metadata, PartitionInfo, TopicInfo
@@ -314,6 +315,8 @@ def parts(topics: dict[str, int], **options: Any) -> Parts:
         retry_backoff_ms=config.retry_backoff_ms,
         retry_backoff_max_ms=config.retry_backoff_max_ms,
         delivery_timeout_ms=config.delivery_timeout_ms,
+        codec=codec_id(config.compression_type),
+        compressor=make_compressor(config.compression_type, config.compression_level),
         max_request_size=config.max_request_size)
     fake: Any = client
     pid = ProducerIdManager(fake, config) if config.enable_idempotence else None
