@@ -195,4 +195,3 @@ async def test_awaiting_many_sends_as_one() -> None:
         assert SendManyResult.of([]).count == 0 and await SendManyResult.of([]) == 0
     finally:
         await p.close()
-
