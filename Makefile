@@ -8,13 +8,14 @@ STAMP  := $(VENV)/.installed
 DOCS_STAMP := $(VENV)/.docs-installed
 # The newest pyspark whose spark-sql-kafka-0-10 jar is on Maven Central (4.2.1's and
 # 4.3.0's are not): bench/spark_bench.py runs Spark's Kafka sink of the same version.
-PYSPARK := pyspark[sql]==4.2.0
+PYSPARK := pyspark[sql,connect]==4.2.0
 # What `make venv` installs: the extras, and pyspark (`make other-python` sets neither
 # Spark nor the spark extra).
 EXTRAS ?= test,spark,cli,otel,schema
 SPARK  ?= $(PYSPARK)
 
-.PHONY: venv build broker broker-stop demo test lint bench docs clean wheel other-python
+.PHONY: venv build broker broker-stop demo test lint bench docs clean wheel other-python \
+        spark-cluster spark-cluster-stop
 
 $(STAMP): pyproject.toml setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -39,6 +40,18 @@ broker: build
 
 broker-stop:
 	-$(BIN)/aioproducer broker stop
+
+# A three-node Kafka cluster and a Spark standalone cluster (a master and two workers,
+# from pyspark's own jars and spark-class) on 127.0.0.1, left running for
+# `python -m bench.spark_cluster_bench --bootstrap <printed> --spark-dir .broker/spark`
+# or a job of your own (docs/spark.md, "On a cluster"); `make spark-cluster-stop` ends both.
+spark-cluster: build
+	$(BIN)/aioproducer broker start --nodes 3 --dir .broker/spark-kafka
+	$(BIN)/python -m aioproducer.devbroker.spark_cluster start --dir .broker/spark
+
+spark-cluster-stop:
+	-$(BIN)/python -m aioproducer.devbroker.spark_cluster stop --dir .broker/spark
+	-$(BIN)/aioproducer broker stop --dir .broker/spark-kafka
 
 # The main job: a local broker, one million 100-byte records, with a progress bar and a summary.
 demo: broker

@@ -38,6 +38,7 @@ from .types import (
 )
 
 if TYPE_CHECKING:
+    from .interceptors import ProducerInterceptor
     from .partitioner import Partitioner
 
 __all__ = [
@@ -390,7 +391,7 @@ class ProducerConfig:
         metadata=_spec(kind="int", java="transaction.timeout.ms", min=1))
     """``transaction.timeout.ms``: the coordinator aborts a transaction left open longer."""
 
-    interceptors: Sequence[Any] = field(
+    interceptors: Sequence[ProducerInterceptor] = field(
         default=(), metadata=_spec(
             kind="interceptors", java="interceptor.classes", mapped=True,
             check=_check_interceptors))

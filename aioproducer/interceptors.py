@@ -46,7 +46,7 @@ class ProducerInterceptor(Protocol):
 class InterceptorChain:
     """Calls each interceptor in turn, isolating their failures."""
 
-    def __init__(self, interceptors: Sequence[Any]) -> None:
+    def __init__(self, interceptors: Sequence[ProducerInterceptor]) -> None:
         self.interceptors = tuple(interceptors)
 
     def __bool__(self) -> bool:

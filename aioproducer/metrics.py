@@ -58,6 +58,9 @@ class ProducerMetrics(Sensors):
         """KIP-951: leaders moved from a Produce response's hint (no metadata wait)."""
         self.throttle_time_total = 0.0
         """KIP-219: ms the brokers' quotas kept the producer from sending (summed)."""
+        self.metadata_retries = 0
+        """Batches retried because the metadata was stale (NOT_LEADER_OR_FOLLOWER,
+        UNKNOWN_TOPIC_OR_PARTITION...); their log lines are limited (see the Sender)."""
 
     def now(self) -> float:
         return self._clock()
@@ -91,6 +94,7 @@ class ProducerMetrics(Sensors):
             "produce-throttle-time-max": self.throttle_time.max(now),
             "produce-throttle-time-total": self.throttle_time_total,
             "leader-hints-used-total": float(self.leader_hints_used),
+            "metadata-retry-total": float(self.metadata_retries),
             "buffer-total-bytes": float(buffer_total),
             "buffer-available-bytes": float(buffer_available),
             "bufferpool-wait-ratio": self.pool_wait.rate(now) / 1e9,

@@ -123,6 +123,9 @@ class Sender:
         # Idempotence: batches queued for a retry after an attempt whose outcome is
         # unknown (a lost connection, a timeout): they may be in the log already.
         self._unknown_outcome: set[ProducerBatch] = set()
+        # Per partition, the metadata version of its last retry logged for stale
+        # metadata (see _retry_log_level).
+        self._retry_logged: dict[TopicPartition, int] = {}
         self.fatal_error: KafkaError | None = None
         """Set once the Sender failed (a bug): the producer can no longer send."""
         self.on_fatal: Callable[[KafkaError], None] | None = None
@@ -683,15 +686,33 @@ class Sender:
                 self._fail(b, DeliveryTimeoutError(self._expiry_text(b, now, exc)),
                            written=written)
                 return
-            log.warning("produce to %s-%d failed, retrying (attempt %d, %d record(s), "
-                        "sequence %d): %s", b.topic, b.partition, b.attempts + 2,
-                        b.record_count, b.base_sequence, _describe_error(exc))
+            log.log(self._retry_log_level(b.tp, exc),
+                    "produce to %s-%d failed, retrying (attempt %d, %d record(s), "
+                    "sequence %d): %s", b.topic, b.partition, b.attempts + 2,
+                    b.record_count, b.base_sequence, _describe_error(exc))
             b.last_error = exc
             if written is None and self.pid is not None:
                 self._unknown_outcome.add(b)
             self.acc.reenqueue(b, now)
             return
         self._fail(b, exc, written=written)
+
+    def _retry_log_level(self, tp: TopicPartition, exc: BaseException) -> int:
+        """WARNING for a retry, but a retry for stale metadata (NOT_LEADER_OR_FOLLOWER
+        and its kind: a new topic's leaders settling, a leader moving) only once per
+        partition per metadata version: a topic of a thousand partitions just created
+        would log each one again at every pass. Every such retry is counted
+        (``metadata-retry-total``)."""
+        if not isinstance(exc, BrokerResponseError) or int(exc.code) not in _METADATA_ERRORS:
+            return logging.WARNING
+        self.metrics.metadata_retries += 1
+        version = self.metadata.version
+        if self._retry_logged.get(tp) == version:
+            return logging.DEBUG
+        if len(self._retry_logged) > 100_000:
+            self._retry_logged.clear()
+        self._retry_logged[tp] = version
+        return logging.WARNING
 
     def _earlier_pending(self, b: ProducerBatch) -> bool:
         if self.acc.queued_before(b.tp, b.base_sequence):

@@ -37,11 +37,16 @@ producer id, epoch). The driver's ``commit(messages, batch_id)`` first records t
 the commit log (``<checkpointLocation>/aioproducer/<batch_id>.intent``), then resumes
 and commits each transaction (:meth:`Producer.resume_transaction`, no InitProducerId),
 then marks the batch done (``<batch_id>.done``). A task of a batch that already has an
-intent (a restarted query replaying it) writes nothing, and the driver commits the
-recorded transactions again (a commit repeated is a retry to the coordinator) instead:
-each row is committed once even when the driver dies between the commits. A retried
-task attempt re-initialises the same transactional id, which aborts what the failed
-attempt wrote.
+intent (a restarted query replaying it) commits its partition's recorded transaction
+(a commit repeated is a retry to the coordinator) and writes nothing; if the
+coordinator had aborted it (the driver was down longer than the transaction timeout),
+the task writes its rows again in a new transaction, which replaces the lost one in the
+intent: each row is committed once whenever the driver dies, for however long. A
+retried task attempt re-initialises the same transactional id, which aborts what the
+failed (or killed) attempt wrote; a failed write's ``abort()`` initialises the ids of
+the tasks that left no commit message. Exactly-once batch writes with option
+``aioproducer.commitLog`` record their commit decision too, and the next write with
+that log finishes (or rolls back) what a driver that died left.
 
 Spark's Python Data Source API (4.2) has no way to report a writer's own metrics: the
 counts (rows, bytes, failures) travel in the commit messages, and the driver logs them
@@ -58,12 +63,14 @@ import json
 import logging
 import os
 import re
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from kio.schema.errors import ErrorCode
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
@@ -71,7 +78,13 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from .errors import ConfigError, KafkaError
+from .errors import (
+    BrokerResponseError,
+    ConfigError,
+    InvalidProducerEpochError,
+    KafkaError,
+    ProducerFencedError,
+)
 from .producer import Producer
 from .record import RecordFuture, SendManyResult
 from .spark import (
@@ -119,6 +132,24 @@ its transaction is prepared (the batch writer ignores the batch id)."""
 _CRASH_AFTER_COMMIT = "aioproducer.test.crashaftercommit"
 """Test hook: ``"<batch id>"``; the driver's commit() of that batch raises after its
 transactions are committed, before it is marked done (as if the driver died there)."""
+_CRASH_IN_COMMIT = "aioproducer.test.crashincommit"
+"""Test hook: ``"<batch id>:<n>"``; the driver's commit() of that batch raises after
+recording its transactions and committing only the first ``n`` of them (as if the
+driver died there), the first time it commits that batch."""
+_FAIL_AT_ROW = "aioproducer.test.failatrow"
+"""Test hook: ``"<batch id>:<partition>:<row>"``; the first attempt of that task raises
+once at least ``row`` of its rows were sent and acknowledged by Kafka, its transaction
+still open (the batch writer ignores the batch id). Batch ``*``: the first task attempt
+of that partition to get there, in any micro-batch, once (needs ``aioproducer.test.trace``,
+where the mark ``failed-once`` is kept)."""
+_TRACE = "aioproducer.test.trace"
+"""Test hook: a directory; every task attempt keeps
+``<batch id>_<partition>_<attempt>.json`` there up to date (its Python worker's pid, the
+rows handed to the producer so far, its state), so that a test can kill its executor
+at a chosen moment."""
+_PACE = "aioproducer.test.pacems"
+"""Test hook: milliseconds a task sleeps after each Arrow batch it produced (so that a
+short test's tasks are still writing when it kills their executor)."""
 
 
 class TransactionLostError(PublishError):
@@ -217,10 +248,47 @@ class TxnMessage(TaskReport):
     epoch: int = -1
     batch_id: int = -1
     skipped: bool = False
-    """The batch was already recorded for commit: the task wrote nothing."""
+    """The batch was already recorded for commit: the task wrote nothing (it committed
+    its partition's recorded transaction, or found it committed)."""
+    rewritten: bool = False
+    """A replay whose recorded transaction the coordinator had aborted (the driver was
+    down longer than the transaction timeout): the task wrote its rows again."""
 
 
 # -- options -----------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class _Hooks:
+    """The test hooks of one write (options ``aioproducer.test.*``)."""
+
+    fail_at_row: tuple[int, int, int] | None = None
+    trace_dir: str | None = None
+    pace_s: float = 0.0
+    crash_in_commit: tuple[int, int] | None = None
+
+
+def _hooks(opts: Mapping[str, str]) -> _Hooks | None:
+    fail = opts.get(_FAIL_AT_ROW)
+    trace = opts.get(_TRACE)
+    pace = float(opts.get(_PACE) or 0) / 1000
+    crash = opts.get(_CRASH_IN_COMMIT)
+    if not (fail or trace or pace or crash):
+        return None
+    at = None
+    if fail:
+        b, p, r = fail.split(":")
+        at = (_ANY_BATCH if b == "*" else int(b), int(p), int(r))
+    in_commit = None
+    if crash:
+        b, n = crash.split(":")
+        in_commit = (int(b), int(n))
+    return _Hooks(at, trace, pace, in_commit)
+
+
+_ANY_BATCH = -2
+"""``failAtRow`` batch ``*``: the first task of the partition to reach the row fails,
+once per trace directory (it keeps the mark)."""
+
 
 @dataclasses.dataclass(frozen=True)
 class _Settings:
@@ -232,6 +300,7 @@ class _Settings:
     fail_once: tuple[int, int] | None = None
     crash_after_commit: int | None = None
     counters: WriteCounters | None = None
+    hooks: _Hooks | None = None
 
 
 _EXACTLY_ONCE = "exactlyOnce"
@@ -280,12 +349,18 @@ def _parse(options: Mapping[str, str], schema: StructType, streaming: bool) -> _
         b, p = opts[_FAIL_ONCE].split(":")
         fail_once = (int(b), int(p))
     if not streaming:
-        # One write, one set of transactional ids: a fresh prefix unless one is given.
-        prefix = None
+        # One write, one set of transactional ids: a fresh prefix unless one is given,
+        # or one of the commit log's, whose next write recovers what this one left.
+        prefix = batch_log = None
         if exactly_once:
+            given = opts.get("aioproducer.commitlog")
+            batch_log = None if not given else _local_path(given)
             prefix = (opts.get("transactional.id.prefix")
-                      or f"aioproducer-spark-batch-{uuid.uuid4().hex[:16]}")
-        return _Settings(topic, producer_options, prefix, fail_once=fail_once)
+                      or (f"aioproducer-spark-batch-{uuid.uuid4().hex[:16]}"
+                          if batch_log is None else "aioproducer-spark-batch-"
+                          + hashlib.sha256(batch_log.encode()).hexdigest()[:16]))
+        return _Settings(topic, producer_options, prefix, batch_log, fail_once=fail_once,
+                         hooks=_hooks(opts))
     checkpoint = opts.get("checkpointlocation")
     log_dir = opts.get("aioproducer.commitlog")
     if log_dir is None:
@@ -298,7 +373,7 @@ def _parse(options: Mapping[str, str], schema: StructType, streaming: bool) -> _
         "aioproducer-spark-" + hashlib.sha256(log_dir.encode()).hexdigest()[:16])
     crash = opts.get(_CRASH_AFTER_COMMIT)
     return _Settings(topic, producer_options, prefix if exactly_once else None, log_dir,
-                     fail_once, None if crash is None else int(crash))
+                     fail_once, None if crash is None else int(crash), hooks=_hooks(opts))
 
 
 def _local_path(location: str) -> str:
@@ -416,7 +491,8 @@ async def _send_task_chunk(producer: Producer, chunk: _Chunk, tally: _TaskTally)
 
 
 async def _pump_task(producer: Producer, fetch: Callable[[], _Chunk | None],
-                     executor: ThreadPoolExecutor, tally: _TaskTally) -> None:
+                     executor: ThreadPoolExecutor, tally: _TaskTally,
+                     probe: _Probe | None = None) -> None:
     """Produce what ``fetch`` (run in ``executor``) returns until it returns None; the
     next chunk is read while the current one is produced."""
     loop = asyncio.get_running_loop()
@@ -428,12 +504,66 @@ async def _pump_task(producer: Producer, fetch: Callable[[], _Chunk | None],
                 return
             pending = loop.run_in_executor(executor, fetch)
             await _send_task_chunk(producer, chunk, tally)
+            if probe is not None:
+                await probe.after_chunk(producer, tally)
     finally:
         pending.add_done_callback(_retrieve)
 
 
+class _Probe:
+    """A task attempt's test hooks (:class:`_Hooks`): its trace file, its pace, its
+    injected failure."""
+
+    def __init__(self, hooks: _Hooks, batch_id: int, partition: int, attempt: int) -> None:
+        self.hooks = hooks
+        self.fail_at: int | None = None
+        if (hooks.fail_at_row is not None and attempt == 0
+                and hooks.fail_at_row[1] == partition
+                and (batch_id < 0 or hooks.fail_at_row[0] in (batch_id, _ANY_BATCH))):
+            self.fail_at = hooks.fail_at_row[2]
+        self.once = (None if hooks.fail_at_row is None or hooks.trace_dir is None
+                     or hooks.fail_at_row[0] != _ANY_BATCH else
+                     os.path.join(hooks.trace_dir, "failed-once"))
+        self.path = (None if hooks.trace_dir is None else
+                     os.path.join(hooks.trace_dir, f"{batch_id}_{partition}_{attempt}.json"))
+
+    def trace(self, state: str, rows: int, **more: Any) -> None:
+        if self.path is None:
+            return
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        tmp = f"{self.path}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump({"pid": os.getpid(), "rows": rows, "state": state,
+                       "time": time.time(), **more}, f)
+        os.replace(tmp, self.path)
+
+    async def after_chunk(self, producer: Producer, tally: _TaskTally) -> None:
+        self.trace("writing", tally.records)
+        if (self.fail_at is not None and tally.records >= self.fail_at
+                and self._first_failure()):
+            await producer.flush()
+            await tally.wait_all()
+            self.trace("failing", tally.records)
+            raise PublishError(_task_failure(RuntimeError(
+                f"injected failure after {tally.records} rows were acknowledged, the "
+                "transaction open (option aioproducer.test.failAtRow)")))
+        if self.hooks.pace_s:
+            await asyncio.sleep(self.hooks.pace_s)
+
+    def _first_failure(self) -> bool:
+        """Whether this attempt is to fail (``*``: only the first to get here)."""
+        if self.once is None:
+            return True
+        self.fail_at = None
+        try:
+            os.close(os.open(self.once, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+        except FileExistsError:
+            return False
+        return True
+
+
 def _run_task(settings: _Settings, batches: Iterator[pa.RecordBatch],
-              transactional_id: str | None, fail: bool
+              transactional_id: str | None, fail: bool, probe: _Probe | None = None
               ) -> tuple[_Tally, tuple[int, int] | None]:
     """Produce every batch; with a transactional id, in a transaction handed over open."""
     topic = settings.topic
@@ -454,7 +584,7 @@ def _run_task(settings: _Settings, batches: Iterator[pa.RecordBatch],
                 await producer.init_transactions()  # aborts a failed attempt's rows
                 producer.begin_transaction()
             try:
-                await _pump_task(producer, fetch, executor, tally)
+                await _pump_task(producer, fetch, executor, tally, probe)
                 await producer.flush()
                 await tally.wait_all()
                 if tally.failures:
@@ -464,6 +594,9 @@ def _run_task(settings: _Settings, batches: Iterator[pa.RecordBatch],
                                                      " records failed; first: ") from error
                 if transactional_id is not None:
                     handle = await producer.prepare_transaction()
+                if probe is not None:
+                    probe.trace("prepared" if handle else "written", tally.records,
+                                handle=handle)
             except BaseException:
                 if transactional_id is not None:
                     # Best effort, so that read_committed consumers are not held back
@@ -506,7 +639,7 @@ def _write_rows(s: _Settings, iterator: Iterator[pa.RecordBatch], batch_id: int
     if first is None and (s.txn_prefix is None or attempt == 0):
         return TxnMessage(partition=partition, batch_id=batch_id)
     fail = (s.fail_once is not None and attempt == 0 and s.fail_once[1] == partition
-            and (s.commit_log is None or s.fail_once[0] == batch_id))
+            and (batch_id < 0 or s.fail_once[0] == batch_id))
 
     def batches() -> Iterator[pa.RecordBatch]:
         if first is not None:
@@ -514,8 +647,15 @@ def _write_rows(s: _Settings, iterator: Iterator[pa.RecordBatch], batch_id: int
             yield from iterator
 
     tid = None if s.txn_prefix is None else f"{s.txn_prefix}-{partition}"
+    if tid is not None and batch_id < 0 and s.commit_log is not None:
+        # A batch write with a commit log: the next write can end this transaction
+        # (its init_transactions() aborts it) if this write's driver dies before its
+        # commit decision.
+        _write_atomic(os.path.join(s.commit_log, _BATCH_TASKS, f"{tid}.json"),
+                      json.dumps({"transactional_id": tid}))
+    probe = None if s.hooks is None else _Probe(s.hooks, batch_id, partition, attempt)
     try:
-        tally, handle = _run_task(s, batches(), tid, fail)
+        tally, handle = _run_task(s, batches(), tid, fail, probe)
     except PublishError as exc:
         _report("task failed", {"partition": partition, "attempt": attempt,
                                 "batch_id": batch_id, "transactional_id": tid,
@@ -549,7 +689,10 @@ def _totals(messages: list[WriterCommitMessage | None]) -> dict[str, int]:
 
 class _BatchWriter(DataSourceArrowWriter):
     """At-least-once by default; with ``exactlyOnce=true`` every task writes in a
-    transaction that the driver's commit() commits and abort() aborts."""
+    transaction that the driver's commit() commits and abort() aborts. With a commit
+    log (option ``aioproducer.commitLog``), commit() records its decision first, and
+    the next write with that log finishes (or rolls back) what a driver that died left
+    (:func:`_recover_batch`)."""
 
     def __init__(self, settings: _Settings) -> None:
         self.settings = settings
@@ -558,19 +701,162 @@ class _BatchWriter(DataSourceArrowWriter):
         return _write_rows(self.settings, iterator, -1)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        s = self.settings
         txns = _transactions(messages)
+        if s.commit_log is not None and s.txn_prefix is not None:
+            _write_atomic(_batch_intent(s.commit_log), json.dumps(
+                {"transactional_id_prefix": s.txn_prefix, "transactions": txns,
+                 "time": time.time()}))
+            hooks = s.hooks
+            if hooks is not None and hooks.crash_in_commit is not None and (
+                    hooks.crash_in_commit[0] == -1):
+                n = hooks.crash_in_commit[1]
+                if n:
+                    asyncio.run(_end(s.options, txns[:n], commit=True))
+                raise PublishError(f"injected crash in the commit of a batch write after "
+                                   f"{n} of {len(txns)} transactions (option "
+                                   "aioproducer.test.crashInCommit)")
         if txns:
-            asyncio.run(_end(self.settings.options, txns, commit=True))
+            try:
+                asyncio.run(_end(s.options, txns, commit=True))
+            except TransactionLostError:
+                if s.commit_log is not None:
+                    _set_aside(s.commit_log)
+                raise
+        if s.commit_log is not None:
+            _clear_batch(s.commit_log)
         _report("write committed", {**_totals(messages), "transactions": len(txns)})
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        txns = _transactions(messages)
-        if not txns:
-            return
+        s = self.settings
+        if s.commit_log is not None and os.path.exists(_batch_intent(s.commit_log)):
+            return  # decided: the next write with this commit log finishes the commit
+        _abort_all(s, messages)
+        if s.commit_log is not None:
+            asyncio.run(_roll_back(s.options, s.commit_log))
+
+
+def _abort_all(s: _Settings, messages: list[WriterCommitMessage | None]) -> None:
+    """A failed write's transactions: those of the tasks that succeeded (resumed and
+    aborted), and those that tasks which failed or were killed (Spark cancels the
+    tasks still running when the job fails) may have left open: their commit message
+    is None, and initializing their transactional id (``<prefix>-<partition>``: the
+    list has one entry per partition) aborts what it holds at once, rather than at
+    the transaction timeout."""
+    txns = _transactions(messages)
+    if txns:
         try:
-            asyncio.run(_end(self.settings.options, txns, commit=False))
+            asyncio.run(_end(s.options, txns, commit=False))
         except TransactionLostError as exc:  # aborted anyway, by the coordinator
             log.warning("format(\"aioproducer\"): abort: %s", exc)
+    if s.txn_prefix is not None:
+        ids = [f"{s.txn_prefix}-{i}" for i, m in enumerate(messages) if m is None]
+        if ids:
+            try:
+                asyncio.run(_init_ids(s.options, ids))
+            except KafkaError as exc:
+                log.warning("format(\"aioproducer\"): abort: %s", exc)
+
+
+_BATCH_TASKS = "batch-tasks"
+
+
+def _batch_intent(log_dir: str) -> str:
+    return os.path.join(log_dir, "batch.intent")
+
+
+def _clear_batch(log_dir: str) -> None:
+    """The write is over: forget its task records and its intent."""
+    tasks = os.path.join(log_dir, _BATCH_TASKS)
+    for name in (os.listdir(tasks) if os.path.isdir(tasks) else []):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(tasks, name))
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(_batch_intent(log_dir))
+
+
+def _set_aside(log_dir: str) -> str:
+    """Keep an intent whose transactions could not all be committed as
+    ``batch.lost-<time>.json`` (for the record), and clear the write."""
+    kept = os.path.join(log_dir, f"batch.lost-{time.time_ns()}.json")
+    with contextlib.suppress(FileNotFoundError):
+        os.replace(_batch_intent(log_dir), kept)
+    _clear_batch(log_dir)
+    return kept
+
+
+async def _roll_back(options: Mapping[str, Any], log_dir: str) -> int:
+    """Abort whatever the transactional ids recorded by the tasks of an undecided write
+    hold (``init_transactions()`` on each: the coordinator aborts an open transaction
+    of that id), then forget them; returns how many ids there were."""
+    tasks = os.path.join(log_dir, _BATCH_TASKS)
+    ids = sorted(name[:-len(".json")] for name in
+                 (os.listdir(tasks) if os.path.isdir(tasks) else [])
+                 if name.endswith(".json"))
+    await _init_ids(options, ids)
+    _clear_batch(log_dir)
+    return len(ids)
+
+
+async def _init_ids(options: Mapping[str, Any], ids: list[str]) -> None:
+    """``init_transactions()`` on each transactional id (at most 16 at a time): the
+    coordinator aborts the transaction it holds open, if any."""
+    slots = asyncio.Semaphore(_COMMIT_CONCURRENCY)
+
+    async def one(tid: str) -> None:
+        async with slots, Producer({**options, "transactional_id": tid}) as producer:
+            await producer.init_transactions()
+
+    await asyncio.gather(*(one(t) for t in ids))
+
+
+def _recover_batch(s: _Settings) -> None:
+    """Before an exactly-once batch write with a commit log (on the driver, while Spark
+    plans it): finish what the previous write with this log left. Its commit decision
+    recorded (its driver died during commit()): commit the recorded transactions
+    (a repeated commit is a retry to the coordinator); those the coordinator had
+    aborted (that driver was down longer than the transaction timeout) raise
+    TransactionLostError, and the record is kept aside. No decision recorded (its
+    driver died before): abort the transactions its tasks left open."""
+    log_dir = s.commit_log
+    assert log_dir is not None
+    intent = _batch_intent(log_dir)
+    if os.path.exists(intent):
+        try:
+            with open(intent, encoding="utf-8") as f:
+                data = json.load(f)
+            txns = [(str(t), int(p), int(e)) for t, p, e in data["transactions"]]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise CommitLogError(f"{intent}: unreadable commit log entry: {exc}") from exc
+        results = asyncio.run(_settle_all(s.options, txns))
+        lost = [t for t, ok in zip(txns, results, strict=True) if not ok]
+        if lost:
+            kept = _set_aside(log_dir)
+            raise TransactionLostError(
+                f"the previous exactly-once write with commit log {log_dir!r} died during "
+                f"its commit and {len(lost)} of its {len(txns)} transactions were aborted "
+                f"by the coordinator before this write could finish the commit (first: "
+                f"{lost[0][0]!r}): those partitions' rows are not in Kafka; the others "
+                f"are. The record is kept in {kept!r}; the next write goes on")
+        _report("previous write finished", {"commit_log": log_dir,
+                                            "transactions": len(txns)})
+        _clear_batch(log_dir)
+        return
+    n = asyncio.run(_roll_back(s.options, log_dir))
+    if n:
+        _report("previous write rolled back", {"commit_log": log_dir,
+                                               "transactional_ids": n})
+
+
+async def _settle_all(options: Mapping[str, Any], txns: list[tuple[str, int, int]]
+                      ) -> list[bool]:
+    slots = asyncio.Semaphore(_COMMIT_CONCURRENCY)
+
+    async def one(txn: tuple[str, int, int]) -> bool:
+        async with slots:
+            return await _settle(options, txn)
+
+    return list(await asyncio.gather(*(one(t) for t in txns)))
 
 
 # -- the commit log ------------------------------------------------------------------------
@@ -636,6 +922,66 @@ async def _end(options: Mapping[str, Any], txns: list[tuple[str, int, int]],
             "lost") from exc
 
 
+def _lost(exc: BaseException) -> bool:
+    """Whether a commit of a resumed transaction failed because the coordinator will
+    never commit it: it was aborted (on timeout, or when a newer producer initialized
+    its transactional id: both bump the epoch) or is already complete as aborted."""
+    if isinstance(exc, (ProducerFencedError, InvalidProducerEpochError)):
+        return True
+    return isinstance(exc, BrokerResponseError) and exc.code == ErrorCode.invalid_txn_state
+
+
+async def _settle(options: Mapping[str, Any], txn: tuple[str, int, int]) -> bool:
+    """Commit a recorded transaction (again): True when it is committed (now, or it
+    already was: a repeated commit is a retry to the coordinator), False when the
+    coordinator answers that it was aborted. Anything else (the coordinator out of
+    reach, the transactional id unknown to it) raises: the task fails, and is retried."""
+    transactional_id, producer_id, epoch = txn
+    producer = Producer({**options, "transactional_id": transactional_id})
+    try:
+        await producer.start()
+        await producer.resume_transaction(producer_id, epoch)
+        await producer.commit_transaction()
+    except KafkaError as exc:
+        if _lost(exc):
+            return False
+        raise
+    finally:
+        with contextlib.suppress(Exception):
+            await producer.close()
+    return True
+
+
+def _replay_partition(s: _Settings, recorded: list[tuple[str, int, int]], batch_id: int,
+                      iterator: Iterator[pa.RecordBatch]) -> TxnMessage:
+    """A task of a micro-batch replayed after its transactions were recorded for
+    commit: commit its partition's recorded transaction; if the coordinator had
+    aborted it (a driver down longer than the transaction timeout, or a query stopped
+    during its commit and restarted late), write the rows again in a new transaction
+    for the driver to commit instead."""
+    partition, attempt = _task_attempt()
+    tid = f"{s.txn_prefix}-{partition}"
+    mine = [t for t in recorded if t[0] == tid]
+    if not mine:
+        if next(iterator, None) is not None:
+            raise CommitLogError(
+                f"batch {batch_id}: replayed partition {partition} has rows but no "
+                "transaction was recorded for it: the replay is not partitioned as the "
+                "first run was")
+        return TxnMessage(partition=partition, batch_id=batch_id, skipped=True)
+    if asyncio.run(_settle(s.options, mine[0])):
+        _report("recorded transaction committed", {"partition": partition,
+                                                   "attempt": attempt, "batch_id": batch_id,
+                                                   "transactional_id": tid})
+        return TxnMessage(partition=partition, batch_id=batch_id, skipped=True)
+    _report("recorded transaction lost, writing again", {
+        "partition": partition, "attempt": attempt, "batch_id": batch_id,
+        "transactional_id": tid, "producer_id": mine[0][1], "epoch": mine[0][2]})
+    message = _write_rows(s, iterator, batch_id)
+    message.rewritten = True
+    return message
+
+
 class _StreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, settings: _Settings) -> None:
         self.settings = settings
@@ -650,11 +996,13 @@ class _StreamWriter(DataSourceStreamArrowWriter):
         if raw is None:
             raise PublishError("aioproducer: no micro-batch id in the task's properties")
         batch_id = int(raw)
-        if s.txn_prefix is not None and os.path.exists(_intent_path(s.commit_log,
-                                                                    batch_id)):
-            # A replay of a batch recorded for commit: its transactions are committed
-            # from the record, so writing again would duplicate.
-            return TxnMessage(partition=_partition_id(), batch_id=batch_id, skipped=True)
+        if s.txn_prefix is not None:
+            recorded = _read_intent(s.commit_log, batch_id)
+            if recorded is not None:
+                # A replay of a batch recorded for commit: its transactions are
+                # committed from the record (writing again would duplicate), unless the
+                # coordinator aborted them.
+                return _replay_partition(s, recorded, batch_id, iterator)
         return _write_rows(s, iterator, batch_id)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
@@ -662,11 +1010,33 @@ class _StreamWriter(DataSourceStreamArrowWriter):
         assert s.commit_log is not None
         if os.path.exists(_done_path(s.commit_log, batchId)):
             return
-        txns = _read_intent(s.commit_log, batchId) if s.txn_prefix is not None else []
-        if txns is None:
-            txns = _transactions(messages)
-            _write_atomic(_intent_path(s.commit_log, batchId), json.dumps(
-                {"batch_id": batchId, "transactions": txns}))
+        txns: list[tuple[str, int, int]] = []
+        if s.txn_prefix is not None:
+            recorded = _read_intent(s.commit_log, batchId)
+            fresh = _transactions(messages)
+            if recorded is None:
+                txns = fresh
+            elif fresh:
+                # A replay whose tasks found recorded transactions aborted and wrote
+                # their rows again: the new transactions replace the lost ones.
+                again = {t[0] for t in fresh}
+                txns = [t for t in recorded if t[0] not in again] + fresh
+            else:
+                txns = recorded
+            if txns != recorded:
+                _write_atomic(_intent_path(s.commit_log, batchId), json.dumps(
+                    {"batch_id": batchId, "transactions": txns,
+                     "rewritten": [m.partition for m in messages
+                                   if isinstance(m, TxnMessage) and m.rewritten]}))
+            hooks = s.hooks
+            if hooks is not None and hooks.crash_in_commit is not None and (
+                    hooks.crash_in_commit[0] == batchId and recorded is None):
+                n = hooks.crash_in_commit[1]
+                if n:
+                    asyncio.run(_end(s.options, txns[:n], commit=True))
+                raise PublishError(f"injected crash in the commit of batch {batchId} after "
+                                   f"{n} of {len(txns)} transactions (option "
+                                   "aioproducer.test.crashInCommit)")
         if txns:
             asyncio.run(_end(s.options, txns, commit=True))
         if s.crash_after_commit == batchId:
@@ -679,11 +1049,18 @@ class _StreamWriter(DataSourceStreamArrowWriter):
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         s = self.settings
         assert s.commit_log is not None
-        if _read_intent(s.commit_log, batchId) is not None:
-            return  # recorded for commit: a restart commits it
-        txns = _transactions(messages)
+        recorded = _read_intent(s.commit_log, batchId)
+        if recorded is None:
+            _abort_all(s, messages)
+            return
+        # Recorded for commit: a restart commits it. Only transactions of a failed replay
+        # that rewrote lost ones are not in the record: abort those.
+        txns = [t for t in _transactions(messages) if t not in recorded]
         if txns:
-            asyncio.run(_end(s.options, txns, commit=False))
+            try:
+                asyncio.run(_end(s.options, txns, commit=False))
+            except TransactionLostError as exc:  # aborted anyway
+                log.warning("format(\"aioproducer\"): abort: %s", exc)
 
 
 class AioproducerDataSource(DataSource):
@@ -699,7 +1076,10 @@ class AioproducerDataSource(DataSource):
         if overwrite:  # as Spark's Kafka sink: a topic cannot be overwritten
             raise ConfigError("save mode overwrite is not allowed for Kafka: records are "
                               "only ever appended; use mode('append')")
-        return _BatchWriter(self._settings(schema, streaming=False))
+        settings = self._settings(schema, streaming=False)
+        if settings.commit_log is not None and settings.txn_prefix is not None:
+            _recover_batch(settings)
+        return _BatchWriter(settings)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> _StreamWriter:
         return _StreamWriter(self._settings(schema, streaming=True))

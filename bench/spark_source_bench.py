@@ -532,12 +532,17 @@ class KillRun:
     """Per kill: the completed micro-batches seen before it, and the delay after that."""
     failure_injected: bool
     seconds: float
+    failed_rows: int = 0
+    """``format("aioproducer")``: rows the failed task attempt had sent and had
+    acknowledged, its transaction open, when it raised inside the writer."""
 
 
 def _kill_child(spec: dict[str, Any]) -> None:
-    """One driver of the SIGKILL scenario (``--kill-child``): a ``rate`` source through
-    a Python UDF that fails one task attempt once, into ``spec["fmt"]`` with a
-    checkpoint; prints ``started``, then ``batch`` at every completed micro-batch."""
+    """One driver of the SIGKILL scenario (``--kill-child``): a ``rate`` source into
+    ``spec["fmt"]`` with a checkpoint, one task attempt failing once (``format("kafka")``:
+    in a Python UDF of the query; ``format("aioproducer")``: inside the writer, after
+    its rows were acknowledged, see ``run_kill_scenario``); prints ``started``, then
+    ``batch`` at every completed micro-batch."""
     import pathlib
 
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
@@ -587,6 +592,8 @@ def _kill_child(spec: dict[str, Any]) -> None:
               .trigger(processingTime="500 milliseconds"))
     if spec["fmt"] == "aioproducer":
         writer = writer.option("kafka.transaction.timeout.ms", "60000")
+        for k, v in spec.get("options", {}).items():
+            writer = writer.option(k, v)
     query = writer.start()
     print("started", flush=True)
     done = 0
@@ -639,13 +646,23 @@ def run_kill_scenario(fmt: str, bootstrap: str, topic: str, seed: int, jars: lis
     restarted from its checkpoint; the last run stops by itself after
     ``final_batches`` micro-batches. One task attempt fails once (at its ``fail_at``-th
     row). Everything stops by ``deadline_s``: a driver still running is killed and
-    RuntimeError raised."""
+    RuntimeError raised.
+
+    Where the task fails: for ``format("kafka")``, in a Python UDF of the query, whose
+    rows stream through Spark's JVM sink as they come. For ``format("aioproducer")`` a
+    UDF would prove nothing: Spark 4.2 hands a Python data source writer a task's rows
+    only once an upstream Python UDF has processed the whole partition, so a UDF that
+    raises mid-partition fails the attempt before any of its rows reached the writer.
+    The writer's own test hook (``aioproducer.test.failAtRow``) fails it instead, after
+    ``fail_at`` of its rows were acknowledged by Kafka, its transaction open
+    (``KillRun.failed_rows``)."""
     rng = random.Random(seed)
     started = time.monotonic()
     deadline = started + deadline_s
     done: list[tuple[int, float]] = []
     with tempfile.TemporaryDirectory(prefix="aioproducer-kill-") as tmp:
         marker = Path(tmp) / "failed-once"
+        trace_dir = Path(tmp) / "trace"
         for run in range(kills + 1):
             last = run == kills
             after = rng.randint(1, 3)
@@ -654,7 +671,10 @@ def run_kill_scenario(fmt: str, bootstrap: str, topic: str, seed: int, jars: lis
                     "checkpoint": str(Path(tmp) / "ckpt"), "rate": str(rate),
                     "batches": final_batches if last else 1_000_000,
                     "jars": ",".join(str(j) for j in jars) if fmt == "kafka" else "",
-                    "marker": str(marker), "fail_at": fail_at}
+                    "marker": str(marker), "fail_at": fail_at if fmt == "kafka" else 0,
+                    "options": {} if fmt == "kafka" or fail_at <= 0 else {
+                        "aioproducer.test.trace": str(trace_dir),
+                        "aioproducer.test.failAtRow": f"*:0:{fail_at}"}}
             child = subprocess.Popen(
                 [sys.executable, "-m", "bench.spark_source_bench", "--kill-child",
                  json.dumps(spec)],
@@ -692,8 +712,15 @@ def run_kill_scenario(fmt: str, bootstrap: str, topic: str, seed: int, jars: lis
                         os.killpg(child.pid, signal.SIGKILL)  # its Python workers
                 assert child.stdout is not None
                 child.stdout.close()
-        injected = marker.exists()
-    return KillRun(fmt, topic, seed, done, injected, time.monotonic() - started)
+        failed_rows = 0
+        for trace in trace_dir.glob("*.json"):
+            with contextlib.suppress(OSError, ValueError):
+                state = json.loads(trace.read_text())
+                if state["state"] == "failing":
+                    failed_rows += int(state["rows"])
+        injected = marker.exists() or (trace_dir / "failed-once").exists()
+    return KillRun(fmt, topic, seed, done, injected, time.monotonic() - started,
+                   failed_rows)
 
 
 def count_values(values: list[bytes | None]) -> tuple[int, int, int, int]:

@@ -7,11 +7,14 @@ loaded through its ``pytest11`` entry point: ``kafka_bootstrap``, ``kafka_local_
 - ``log_dir``: the test broker's data directory (``support.log_util``).
 - ``kafka_cluster3``: a three-node local cluster, started only if a test asks for it;
   nodes a test killed are restarted before the next test that uses it.
+- ``spark_cluster``: a Spark standalone cluster (a master and two workers, each its own
+  JVM: ``aioproducer.devbroker.spark_cluster.LocalSpark``), started only if a test asks
+  for it; workers a test killed are restarted before the next test that uses it.
 - ``secure_kafka``: a one-node local broker in the secured mode (TLS and SASL listeners,
   users, ACLs: ``LocalKafka(..., secure=True)``), started only if a test asks for it.
 - Markers: every test that uses a broker fixture (directly or through another fixture)
   is marked ``broker``, so ``pytest -m "not broker"`` is the quick loop; tests of the
-  three-node cluster are marked ``cluster`` and ``slow``.
+  three-node cluster or the Spark cluster are marked ``cluster`` and ``slow``.
 - Every async test runs on asyncio and on uvloop, and fails if anything reaches the
   loop's exception handler.
 
@@ -48,6 +51,7 @@ BROKER_FIXTURES = frozenset({
     "producer",
     # this conftest
     "local_kafka", "topic_factory", "log_dir", "kafka_cluster3", "secure_kafka",
+    "spark_cluster",
 })
 
 
@@ -66,7 +70,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         names = set(getattr(item, "fixturenames", ()))
         if names & BROKER_FIXTURES:
             item.add_marker(pytest.mark.broker)
-        if "kafka_cluster3" in names:
+        if "kafka_cluster3" in names or "spark_cluster" in names:
             item.add_marker(pytest.mark.cluster)
             item.add_marker(pytest.mark.slow)
 
@@ -118,6 +122,34 @@ def kafka_cluster3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKa
         yield cluster
     finally:
         cluster.stop(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    pytest.importorskip("pyspark", reason="pip install -e '.[spark]'")
+    from aioproducer.devbroker.spark_cluster import LocalSpark, SparkClusterError
+
+    cluster = LocalSpark(tmp_path_factory.mktemp("spark"), workers=2)
+    try:
+        try:
+            cluster.start(timeout=_START_TIMEOUT)
+        except SparkClusterError as exc:
+            pytest.fail(f"could not start the Spark cluster: {exc}", pytrace=False)
+        yield cluster
+    finally:
+        cluster.stop(timeout=30)
+
+
+@pytest.fixture(autouse=True)
+def _heal_spark_cluster(request: pytest.FixtureRequest) -> None:
+    """Before a test that uses ``spark_cluster``, restart workers an earlier test killed."""
+    if "spark_cluster" not in request.fixturenames:
+        return
+    cluster = request.getfixturevalue("spark_cluster")
+    try:
+        cluster.ensure_running(timeout=_START_TIMEOUT)
+    except (BrokerStartError, RuntimeError) as exc:
+        pytest.fail(f"could not bring the Spark cluster back: {exc}", pytrace=False)
 
 
 @pytest.fixture(scope="session")

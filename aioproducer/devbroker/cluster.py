@@ -456,6 +456,22 @@ class LocalKafka:
             "advertised.listeners": advertised,
             "controller.listener.names": "CONTROLLER",
             "listener.security.protocol.map": protocols,
+            **self._common_properties(i, replication, min_isr),
+            # A dead node is fenced (and leaves the ISRs) sooner than by default (9 s).
+            "broker.heartbeat.interval.ms": "1000",
+            "broker.session.timeout.ms": "6000",
+        }
+        if kafka_major(self.kafka_version) >= 4:  # share groups (KIP-932) came with 4.0
+            config["share.coordinator.state.topic.replication.factor"] = str(replication)
+            config["share.coordinator.state.topic.min.isr"] = str(min_isr)
+        if extra:
+            config.update(_secure_config(self.tls))
+        config.update(self.extra_config)
+        return "".join(f"{k}={v}\n" for k, v in config.items())
+
+    def _common_properties(self, i: int, replication: int, min_isr: int) -> dict[str, str]:
+        """What every node's configuration has, KRaft or ZooKeeper."""
+        return {
             "inter.broker.listener.name": "PLAINTEXT",
             "log.dirs": str(self.node_dir(i) / "data"),
             "auto.create.topics.enable": "false",
@@ -470,17 +486,7 @@ class LocalKafka:
             # Transactions left open past transaction_timeout_ms are aborted within a
             # second, not ten (so a test can watch it happen).
             "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
-            # A dead node is fenced (and leaves the ISRs) sooner than by default (9 s).
-            "broker.heartbeat.interval.ms": "1000",
-            "broker.session.timeout.ms": "6000",
         }
-        if kafka_major(self.kafka_version) >= 4:  # share groups (KIP-932) came with 4.0
-            config["share.coordinator.state.topic.replication.factor"] = str(replication)
-            config["share.coordinator.state.topic.min.isr"] = str(min_isr)
-        if extra:
-            config.update(_secure_config(self.tls))
-        config.update(self.extra_config)
-        return "".join(f"{k}={v}\n" for k, v in config.items())
 
     def _zookeeper_server_properties(self, i: int, nodes: list[dict[str, Any]],
                                      replication: int, min_isr: int) -> str:
@@ -495,18 +501,7 @@ class LocalKafka:
             "listeners": address,
             "advertised.listeners": address,
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT",
-            "inter.broker.listener.name": "PLAINTEXT",
-            "log.dirs": str(self.node_dir(i) / "data"),
-            "auto.create.topics.enable": "false",
-            "num.partitions": "1",
-            "default.replication.factor": str(replication),
-            "offsets.topic.replication.factor": str(replication),
-            "offsets.topic.num.partitions": "5",
-            "transaction.state.log.replication.factor": str(replication),
-            "transaction.state.log.min.isr": str(min_isr),
-            "transaction.state.log.num.partitions": "5",
-            "group.initial.rebalance.delay.ms": "0",
-            "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
+            **self._common_properties(i, replication, min_isr),
             "zookeeper.session.timeout.ms": "6000",
         }
         config.update(self.extra_config)

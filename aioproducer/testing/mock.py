@@ -258,6 +258,12 @@ class MockSendManyResult:
         self.count = len(self.futures)
         """Records appended by the call."""
 
+    @classmethod
+    def of(cls, futures: Iterable[MockRecordFuture]) -> MockSendManyResult:
+        """As :meth:`SendManyResult.of <aioproducer.record.SendManyResult.of>`: the
+        records of many ``send()`` futures, awaited as one."""
+        return cls(list(futures))
+
     def __await__(self) -> Generator[Any, None, int]:
         for fut in self.futures:
             waiter = fut._record_waiter()  # (a cancelled handle still has its record)

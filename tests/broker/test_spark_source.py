@@ -146,16 +146,22 @@ def test_batch_exactly_once_with_a_retried_task(spark: Any, kafka_bootstrap: str
 def test_batch_exactly_once_failed_job_aborts_every_transaction(
         spark: Any, kafka_bootstrap: str, topic_factory: TopicFactory) -> None:
     """Partition 1 holds a record over max.request.size: its task fails (twice) and so
-    does the job. The driver's abort() aborts partition 0's prepared transaction and
-    the failed task aborted its own: read_committed sees none of the rows, and the
-    transactions are ended, not left open (a later committed write is visible at
-    once, long before the 120 s transaction timeout would end them)."""
+    does the job, while partition 0's task is still writing (it sleeps 15 s after its
+    rows, test option paceMs): Spark cancels it, its transaction open. The failed task
+    aborted its own, and the driver's abort() initializes the transactional id of
+    every task without a commit message, which aborts partition 0's: read_committed
+    sees none of the rows, and the transactions are ended, not left open (a later
+    committed write is visible at once, long before the 120 s transaction timeout
+    would end them). Before abort() did so, a task cancelled mid-write (a job that
+    failed while it ran: which one finished first was up to the machine's load) held
+    the partition back until the timeout."""
     topic = topic_factory(partitions=1)
     df = spark.range(0, 20, numPartitions=2).selectExpr(
         "CASE WHEN id = 13 THEN repeat('x', 5000) ELSE cast(id AS string) END AS value")
     with pytest.raises(Exception, match="RecordPublishError"):
         _exactly_once_batch(df, kafka_bootstrap, topic,
-                            **{"kafka.max.request.size": "2000"})
+                            **{"kafka.max.request.size": "2000",
+                               "aioproducer.test.paceMs": "15000"})
     started = time.monotonic()
     later = spark.range(100, 110, numPartitions=1).selectExpr("cast(id AS string) AS value")
     _exactly_once_batch(later, kafka_bootstrap, topic)
@@ -479,3 +485,141 @@ def test_failed_record_position_reaches_the_driver(spark: Any, kafka_bootstrap: 
     assert "Spark task for partition 1" in text
     assert f"row 3 of the task (topic {topic!r})" in text
     assert "RecordTooLargeError" in text
+
+
+def _wait_no_open_transaction(bootstrap: str, topic: str, timeout: float = 60.0) -> float:
+    """Until every partition's last stable offset has caught up with its high watermark
+    (no transaction open: the coordinator aborted the timed-out ones); seconds waited."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    started = time.monotonic()
+    cs = [Consumer({"bootstrap.servers": bootstrap, "group.id": f"lso-{topic}-{iso}",
+                    "isolation.level": iso})
+          for iso in ("read_committed", "read_uncommitted")]
+    try:
+        parts = cs[0].list_topics(topic, timeout=30).topics[topic].partitions
+        while True:
+            ends = [[c.get_watermark_offsets(TopicPartition(topic, p), timeout=10,
+                                             cached=False)[1] for p in parts] for c in cs]
+            if ends[0] == ends[1]:
+                return time.monotonic() - started
+            assert time.monotonic() - started < timeout, ends
+            time.sleep(0.2)
+    finally:
+        for c in cs:
+            c.close()
+
+
+@pytest.mark.slow  # a Spark streaming query, twice
+def test_stream_replay_rewrites_transactions_the_coordinator_aborted(
+        spark: Any, kafka_bootstrap: str, topic_factory: TopicFactory,
+        tmp_path: Path) -> None:
+    """The driver dies during batch 2's commit, after recording its two transactions and
+    committing one, and stays down past the transaction timeout (6 s): the coordinator
+    aborts the other. On restart the replayed task of the committed one finds it
+    committed (a repeated commit) and writes nothing; the other's task finds its
+    transaction aborted and writes its rows again in a new one, which the driver
+    commits: every row once, none lost (it used to raise TransactionLostError, the rows
+    lost)."""
+    committed_before = 1
+    topic = topic_factory(partitions=2)
+    checkpoint = tmp_path / "ckpt"
+    with pytest.raises(AssertionError, match="injected crash in the commit of batch 2"):
+        _run_stream(spark, kafka_bootstrap, topic, checkpoint, 10,
+                    {"aioproducer.test.crashInCommit": f"2:{committed_before}",
+                     "kafka.transaction.timeout.ms": "6000"})
+    log_dir = checkpoint / "aioproducer"
+    intent = json.loads((log_dir / "2.intent").read_text())
+    assert len(intent["transactions"]) == 2 and not (log_dir / "2.done").exists()
+    waited = _wait_no_open_transaction(kafka_bootstrap, topic)
+    print(f"the coordinator aborted the open transactions within {waited:.1f} s")
+    before = _committed_values(kafka_bootstrap, topic)
+    _run_stream(spark, kafka_bootstrap, topic, checkpoint, 2,
+                {"kafka.transaction.timeout.ms": "20000"})
+    values = _committed_values(kafka_bootstrap, topic)
+    assert len(values) > len(before)
+    assert values == list(range(len(values))), Counter(values).most_common(3)
+    replayed = json.loads((log_dir / "2.intent").read_text())
+    assert len(replayed["rewritten"]) == 2 - committed_before
+    done = json.loads((log_dir / "2.done").read_text())
+    assert done["records"] > 0  # the rewritten partitions' rows
+
+
+@pytest.mark.slow  # a Spark session
+def test_batch_write_commit_finished_by_the_next_write(
+        spark: Any, kafka_bootstrap: str, topic_factory: TopicFactory,
+        tmp_path: Path) -> None:
+    """An exactly-once batch write with a commit log whose driver dies during commit(),
+    after recording its decision and committing one of its three transactions: the
+    other two stay open (read_committed sees a third of the rows). The next write with
+    that commit log first commits them, then writes its own rows: every row of both
+    writes once."""
+    topic = topic_factory(partitions=3)
+    log_dir = tmp_path / "batch-log"
+    first = spark.range(0, 3000, numPartitions=3).selectExpr("cast(id AS string) AS value")
+    with pytest.raises(Exception, match="injected crash in the commit of a batch write"):
+        _exactly_once_batch(first, kafka_bootstrap, topic,
+                            **{"aioproducer.commitLog": str(log_dir),
+                               "aioproducer.test.crashInCommit": "-1:1"})
+    assert (log_dir / "batch.intent").exists()
+    partial = _committed_values(kafka_bootstrap, topic)
+    assert len(partial) == 1000  # one transaction of three
+    second = spark.range(3000, 4000, numPartitions=2).selectExpr(
+        "cast(id AS string) AS value")
+    _exactly_once_batch(second, kafka_bootstrap, topic,
+                        **{"aioproducer.commitLog": str(log_dir)})
+    assert _committed_values(kafka_bootstrap, topic) == list(range(4000))
+    assert not (log_dir / "batch.intent").exists()
+    assert not list((log_dir / "batch-tasks").iterdir())
+
+
+def test_batch_recovery_rolls_back_and_reports_lost_transactions(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path) -> None:
+    """What the next write's recovery does with what a dead driver left, without Spark:
+    (1) no decision recorded: the tasks' open transactions are aborted at once (the last
+    stable offset catches up), not left to the timeout; (2) a decision recorded but its
+    transactions aborted by the coordinator (the driver down past the timeout): it
+    raises TransactionLostError before the write goes on, and keeps the record aside."""
+    import asyncio
+
+    topic = topic_factory(partitions=2)
+    log_dir = tmp_path / "log"
+    schema = pyspark_sql.types.StructType([pyspark_sql.types.StructField(
+        "value", pyspark_sql.types.BinaryType())])
+    settings = spark_source._parse(
+        {"kafka.bootstrap.servers": kafka_bootstrap, "topic": topic, "exactlyOnce": "true",
+         "aioproducer.commitLog": str(log_dir), "kafka.transaction.timeout.ms": "5000"},
+        schema, streaming=False)
+    assert settings.txn_prefix is not None and settings.commit_log == str(log_dir)
+
+    async def prepare(partition: int) -> tuple[str, int, int]:
+        tid = f"{settings.txn_prefix}-{partition}"
+        spark_source._write_atomic(str(log_dir / "batch-tasks" / f"{tid}.json"), "{}")
+        async with Producer({**settings.options, "transactional_id": tid}) as p:
+            await p.init_transactions()
+            p.begin_transaction()
+            await p.send(topic, b"x", partition=partition)
+            handle = await p.prepare_transaction()
+        assert handle is not None
+        return (tid, *handle)
+
+    async def prepare_both() -> list[tuple[str, int, int]]:
+        return list(await asyncio.gather(prepare(0), prepare(1)))
+
+    asyncio.run(prepare_both())
+    assert consume_all(kafka_bootstrap, topic, 0, timeout=3, isolation="read_committed") == []
+    started = time.monotonic()
+    spark_source._recover_batch(settings)
+    assert _wait_no_open_transaction(kafka_bootstrap, topic) < 3.0  # not the 5 s timeout
+    assert time.monotonic() - started < 5.0
+    assert not list((log_dir / "batch-tasks").iterdir())
+
+    txns = asyncio.run(prepare_both())
+    spark_source._write_atomic(str(log_dir / "batch.intent"), json.dumps(
+        {"transactions": txns}))
+    _wait_no_open_transaction(kafka_bootstrap, topic)  # the coordinator's timeout
+    with pytest.raises(spark_source.TransactionLostError, match="2 of its 2 transactions"):
+        spark_source._recover_batch(settings)
+    assert not (log_dir / "batch.intent").exists()
+    assert len(list(log_dir.glob("batch.lost-*.json"))) == 1
+    assert consume_all(kafka_bootstrap, topic, 0, timeout=3, isolation="read_committed") == []

@@ -1,6 +1,11 @@
 """format("aioproducer") streaming, exactly once through driver crashes: the driver is
 SIGKILLed twice at seeded random points and restarted from its checkpoint, and one task
-attempt fails once; a read_committed consumer must see every generated row once.
+attempt fails once inside the writer after its first rows were acknowledged; a
+read_committed consumer must see every generated row once, and a read_uncommitted one
+the failed attempt's rows too (aborted), so the failure is known to have come after rows
+reached Kafka. (A Python UDF raising mid-partition would not do: Spark 4.2 hands the
+writer a task's rows only after an upstream Python UDF has processed the whole
+partition, so nothing of that attempt would reach Kafka.)
 
 The scenario is ``bench.spark_source_bench.run_kill_scenario`` (the bench runs it on
 Spark's own sink too, to count that sink's duplicates). Each driver is a real Spark 4
@@ -45,3 +50,10 @@ def test_driver_sigkill_twice_and_a_task_failure_exactly_once(
           f"{dups} duplicates, {missing} missing")
     assert rows > 1000, f"seed={seed}"
     assert (dups, missing) == (0, 0), f"seed={seed}"
+    # What the failed attempt left: its acknowledged rows are in the log, aborted.
+    assert run.failed_rows >= 150, f"seed={seed}"
+    loose = consume_all(kafka_bootstrap, topic, 1, timeout=30)
+    _, _, loose_dups, _ = count_values([c.value for c in loose])
+    print(f"seed={seed}: read_uncommitted {len(loose)} rows, {loose_dups} duplicates; the "
+          f"failed attempt had {run.failed_rows} rows acknowledged")
+    assert loose_dups >= run.failed_rows, f"seed={seed}"
