@@ -123,9 +123,9 @@ class Sender:
         # Idempotence: batches queued for a retry after an attempt whose outcome is
         # unknown (a lost connection, a timeout): they may be in the log already.
         self._unknown_outcome: set[ProducerBatch] = set()
-        # Per partition, the metadata version of its last retry logged for stale
-        # metadata (see _retry_log_level).
-        self._retry_logged: dict[TopicPartition, int] = {}
+        # Per topic, the metadata version of its last retry logged for stale metadata
+        # (see _retry_log_level).
+        self._retry_logged: dict[str, int] = {}
         self.fatal_error: KafkaError | None = None
         """Set once the Sender failed (a bug): the producer can no longer send."""
         self.on_fatal: Callable[[KafkaError], None] | None = None
@@ -699,19 +699,20 @@ class Sender:
 
     def _retry_log_level(self, tp: TopicPartition, exc: BaseException) -> int:
         """WARNING for a retry, but a retry for stale metadata (NOT_LEADER_OR_FOLLOWER
-        and its kind: a new topic's leaders settling, a leader moving) only once per
-        partition per metadata version: a topic of a thousand partitions just created
-        would log each one again at every pass. Every such retry is counted
-        (``metadata-retry-total``)."""
+        and its kind: a new topic's leaders settling, a leader moving) only for the
+        first partition of its topic per metadata version, the others at DEBUG: a
+        topic of a thousand partitions just created would log each one again at every
+        refresh. Every such retry is counted (``metadata-retry-total``)."""
         if not isinstance(exc, BrokerResponseError) or int(exc.code) not in _METADATA_ERRORS:
             return logging.WARNING
         self.metrics.metadata_retries += 1
         version = self.metadata.version
-        if self._retry_logged.get(tp) == version:
+        topic = tp[0]
+        if self._retry_logged.get(topic) == version:
             return logging.DEBUG
-        if len(self._retry_logged) > 100_000:
+        if len(self._retry_logged) > 10_000:
             self._retry_logged.clear()
-        self._retry_logged[tp] = version
+        self._retry_logged[topic] = version
         return logging.WARNING
 
     def _earlier_pending(self, b: ProducerBatch) -> bool:

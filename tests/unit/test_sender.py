@@ -150,10 +150,10 @@ async def test_expiry_in_flight_then_the_late_answer_resolves_the_partition() ->
         await p.close()
 
 
-async def test_stale_metadata_retries_are_logged_once_per_partition_and_counted(
+async def test_stale_metadata_retries_are_logged_once_per_topic_and_counted(
         caplog: pytest.LogCaptureFixture) -> None:
     """A new topic's leaders settling answer NOT_LEADER_OR_FOLLOWER for a while: one
-    warning per partition per metadata version, every retry counted."""
+    warning per topic per metadata version, every retry counted."""
     import logging
 
     p = parts({"t": 3}, linger_ms=0, retry_backoff_ms=1, retry_backoff_max_ms=2)
@@ -166,7 +166,7 @@ async def test_stale_metadata_retries_are_logged_once_per_partition_and_counted(
         assert all(isinstance(m, RecordMetadata) for m in metas), metas
         warned = [r for r in caplog.records if r.levelno == logging.WARNING
                   and "retrying" in r.getMessage()]
-        assert sorted(r.getMessage().split(" ")[2] for r in warned) == ["t-0", "t-1", "t-2"]
+        assert len(warned) == 1, [r.getMessage() for r in warned]
         assert p.sender.metrics.metadata_retries == 18
     finally:
         await p.close()
