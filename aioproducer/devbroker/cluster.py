@@ -31,7 +31,7 @@ from .admin import (
     describe_acls,
     fetch_metadata,
 )
-from .common import _HOST, BrokerStartError, _tail
+from .common import _HOST, BrokerStartError, _tail, load_state, save_state
 from .jars import (
     KAFKA_VERSION,
     _source_checkout,
@@ -236,17 +236,10 @@ class LocalKafka:
         return self.state_dir / f"node-{i}"
 
     def _load(self) -> dict[str, Any] | None:
-        try:
-            state = json.loads(self.state_file.read_text())
-        except (OSError, ValueError):
-            return None
-        return state if isinstance(state, dict) else None
+        return load_state(self.state_file)
 
     def _save(self, state: dict[str, Any]) -> None:
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.state_file.with_name(f"{_STATE_FILE}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(state, indent=2))
-        tmp.replace(self.state_file)
+        save_state(self.state_file, state)
 
     def _state(self) -> dict[str, Any]:
         state = self._load()

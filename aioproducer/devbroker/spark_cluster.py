@@ -39,7 +39,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from .common import _HOST, BrokerStartError, _tail
+from .common import _HOST, BrokerStartError, _tail, load_state, save_state
 from .jars import _source_checkout, java_executable
 from .process import (
     _WATCHDOG,
@@ -183,17 +183,10 @@ class LocalSpark:
         return self.state_dir / _STATE_FILE
 
     def _load(self) -> dict[str, Any] | None:
-        try:
-            state = json.loads(self.state_file.read_text())
-        except (OSError, ValueError):
-            return None
-        return state if isinstance(state, dict) else None
+        return load_state(self.state_file)
 
     def _save(self, state: dict[str, Any]) -> None:
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.state_file.with_name(f"{_STATE_FILE}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(state, indent=2))
-        tmp.replace(self.state_file)
+        save_state(self.state_file, state)
 
     def _state(self) -> dict[str, Any]:
         state = self._load()
