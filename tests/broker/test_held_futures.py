@@ -18,7 +18,7 @@ import pytest
 
 from aioproducer import Producer
 from aioproducer.errors import MessageTooLargeError
-from tests.support.kafka_util import consume_all
+from support.kafka_util import consume_all
 
 pytestmark = pytest.mark.asyncio
 
