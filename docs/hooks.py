@@ -16,10 +16,10 @@
 from __future__ import annotations
 
 import re
-import tomllib
 from pathlib import Path
 from typing import Any
 
+import tomllib
 from mkdocs.structure.files import File, Files
 
 _ROLE = re.compile(

@@ -15,10 +15,10 @@ import gc
 from typing import Any
 
 import pytest
+from support.kafka_util import consume_all
 
 from aioproducer import Producer
 from aioproducer.errors import MessageTooLargeError
-from support.kafka_util import consume_all
 
 pytestmark = pytest.mark.asyncio
 
