@@ -15,13 +15,13 @@ from typing import Any
 
 from bench.common import (
     CONCURRENT,
-    KEY_MASK,
     PACED,
     SEND_AND_WAIT,
     Measured,
     RunArgs,
     cpu_seconds,
     split_count,
+    topic_names,
 )
 
 Send = Callable[[str, bytes, "bytes | None"], Awaitable[Any]]
@@ -44,6 +44,8 @@ async def _callers(args: RunArgs, send_and_wait: Send, value: bytes,
     """``await send_and_wait(...)`` in a loop: one caller (SEND_AND_WAIT), or
     ``args.concurrency`` tasks at once (CONCURRENT) sharing the records."""
     topic = args.topic
+    names = topic_names(args) if args.topics > 1 else None
+    mask = len(keys) - 1 if keys is not None else 0
     counts = (split_count(args.records, args.concurrency) if args.mode == CONCURRENT
               else [args.records])
     perf = time.perf_counter
@@ -51,11 +53,14 @@ async def _callers(args: RunArgs, send_and_wait: Send, value: bytes,
 
     async def caller(first: int, count: int) -> None:
         key = None
+        topic_i = topic
         for i in range(first, first + count):
             if keys is not None:
-                key = keys[i & KEY_MASK]
+                key = keys[i & mask]
+            if names is not None:
+                topic_i = names[i % len(names)]
             t = perf()
-            await send_and_wait(topic, value, key)
+            await send_and_wait(topic_i, value, key)
             lat.append(perf() - t)
 
     firsts = [sum(counts[:j]) for j in range(len(counts))]
@@ -80,6 +85,10 @@ async def _pipelined(args: RunArgs, send: Send, flush: Flush, value: bytes,
                      keys: list[bytes] | None) -> Measured:
     """Throughput and paced modes: futures are awaited one chunk behind the sends."""
     topic, n, every, chunk = args.topic, args.records, args.sample_every, args.chunk
+    # Several topics (the curves): record i goes to names[i % len(names)].
+    names = topic_names(args) if args.topics > 1 else None
+    ntopics = len(names) if names is not None else 1
+    mask = len(keys) - 1 if keys is not None else 0
     paced = args.mode == PACED
     interval = 1.0 / args.rate if paced else 0.0
     perf = time.perf_counter
@@ -98,7 +107,9 @@ async def _pipelined(args: RunArgs, send: Send, flush: Flush, value: bytes,
             if delay > 0:
                 await sleep(delay)
         if keys is not None:
-            key = keys[i & KEY_MASK]
+            key = keys[i & mask]
+        if names is not None:
+            topic = names[i % ntopics]
         if i % every == 0:
             t = perf()
             fut = await send(topic, value, key)
@@ -121,6 +132,9 @@ async def _pipelined(args: RunArgs, send: Send, flush: Flush, value: bytes,
 async def _send_and_wait(args: RunArgs, send: Send, value: bytes,
                          keys: list[bytes] | None) -> Measured:
     topic, n = args.topic, args.records
+    if args.topics > 1:
+        raise ValueError("send-and-wait runs one topic")
+    mask = len(keys) - 1 if keys is not None else 0
     perf = time.perf_counter
     lat: list[float] = []
     key = None
@@ -128,7 +142,7 @@ async def _send_and_wait(args: RunArgs, send: Send, value: bytes,
     t0 = perf()
     for i in range(n):
         if keys is not None:
-            key = keys[i & KEY_MASK]
+            key = keys[i & mask]
         t = perf()
         fut = await send(topic, value, key)
         await fut

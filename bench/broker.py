@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, OffsetSpec
 from confluent_kafka.cimpl import NewTopic
 
 SAMPLE = 100
@@ -39,10 +39,52 @@ class Admin:
             time.sleep(0.05)
 
     def delete_topic(self, name: str, timeout: float = 30.0) -> None:
-        for fut in self.client.delete_topics([name], operation_timeout=timeout,
+        self.delete_topics([name], timeout)
+
+    def delete_topics(self, names: list[str], timeout: float = 60.0) -> None:
+        if not names:
+            return
+        for fut in self.client.delete_topics(names, operation_timeout=timeout,
                                              request_timeout=timeout).values():
             with contextlib.suppress(KafkaException):
                 fut.result(timeout)
+
+    def create_topics(self, names: list[str], partitions: int,
+                      config: dict[str, str] | None = None, timeout: float = 120.0) -> float:
+        """Create ``names`` in one request (``partitions`` each, replication 1, topic
+        ``config``) and wait until the broker answers a ListOffsets request for every
+        partition: a leader in the metadata is not yet a broker that leads (a
+        4,000-partition topic has one for every partition seconds before its broker
+        has made the logs). Returns the seconds waited."""
+        t0 = time.monotonic()
+        futures = self.client.create_topics(
+            [NewTopic(n, num_partitions=partitions, replication_factor=1,
+                      config=dict(config or {})) for n in names],
+            operation_timeout=timeout, request_timeout=timeout)
+        for fut in futures.values():
+            fut.result(timeout)
+        tps = [TopicPartition(n, p) for n in names for p in range(partitions)]
+        deadline = t0 + timeout
+        while True:
+            try:
+                list_offsets(self.bootstrap, tps, OffsetSpec.latest(), timeout)
+                return time.monotonic() - t0
+            except KafkaException:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{len(names)} topic(s) of {partitions} partition(s) "
+                                       f"not led after {timeout:.0f} s") from None
+                time.sleep(0.2)
+
+
+def list_offsets(bootstrap: str, tps: list[TopicPartition], spec: Any,
+                 timeout: float = 60.0) -> dict[tuple[str, int], int]:
+    """(topic, partition) -> offset for ``spec`` (earliest or latest), in one request
+    per leader. A fresh admin client each time: one that has seen the cluster before
+    answers ``_NOENT`` for topics created since, until its metadata refresh is due."""
+    client = AdminClient({"bootstrap.servers": bootstrap})
+    futures = client.list_offsets({tp: spec for tp in tps}, request_timeout=timeout)
+    return {(tp.topic, tp.partition): fut.result(timeout).offset
+            for tp, fut in futures.items()}
 
 
 @dataclass
@@ -97,25 +139,39 @@ def verify_topic(bootstrap: str, topic: str, partitions: int, expected: int,
 
 def _check_range(consumer: Any, topic: str, wanted: dict[int, tuple[int, int]],
                  value_size: int, key_size: int, problems: list[str], timeout: float) -> int:
-    todo = {p: r for p, r in wanted.items() if r[1] > r[0]}
+    return _check_ranges(consumer, {(topic, p): r for p, r in wanted.items()},
+                         value_size, key_size, problems, timeout)
+
+
+def _check_ranges(consumer: Any, wanted: dict[tuple[str, int], tuple[int, int]],
+                  value_size: int, key_size: int, problems: list[str],
+                  timeout: float) -> int:
+    """Read the offsets [start, end) of every (topic, partition) of ``wanted`` at once
+    and check each record's value and key sizes; returns the records read."""
+    todo = {tp: r for tp, r in wanted.items() if r[1] > r[0]}
     if not todo:
         return 0
-    consumer.assign([TopicPartition(topic, p, start) for p, (start, _end) in todo.items()])
-    seen = {p: 0 for p in todo}
+    consumer.assign([TopicPartition(t, p, start) for (t, p), (start, _end) in todo.items()])
+    seen = dict.fromkeys(todo, 0)
+    left = sum(end - start for start, end in todo.values())
     deadline = time.monotonic() + timeout
-    while any(seen[p] < end - start for p, (start, end) in todo.items()):
+    while left > 0:
         if time.monotonic() > deadline:
-            problems.append(f"sample read timed out: {seen} of {todo}")
+            short = {tp: n for tp, n in seen.items() if n < todo[tp][1] - todo[tp][0]}
+            problems.append(f"sample read timed out: {len(short)} partition(s) short, e.g. "
+                            + ", ".join(f"{t}-{p}: {n} of {todo[(t, p)][1] - todo[(t, p)][0]}"
+                                        for (t, p), n in list(short.items())[:5]))
             break
         for msg in consumer.consume(num_messages=500, timeout=1.0):
             if msg.error() is not None:
                 problems.append(f"consume error: {msg.error()}")
                 continue
-            p, off = msg.partition(), msg.offset()
-            start, end = todo.get(p, (0, 0))
+            topic, p, off = msg.topic(), msg.partition(), msg.offset()
+            start, end = todo.get((topic, p), (0, 0))
             if not start <= off < end:
                 continue
-            seen[p] += 1
+            seen[(topic, p)] += 1
+            left -= 1
             value, key = msg.value(), msg.key()
             if value is None or len(value) != value_size:
                 problems.append(f"{topic}-{p}@{off}: value of "
@@ -130,3 +186,67 @@ def _check_range(consumer: Any, topic: str, wanted: dict[int, tuple[int, int]],
             break
     consumer.unassign()
     return sum(seen.values())
+
+
+@dataclass
+class SweepVerification(Verification):
+    partitions_used: int = 0
+    """Partitions (of all topics) holding at least one record."""
+    per_end: int = 0
+    """Records read back from each end of each partition."""
+
+
+def verify_topics(bootstrap: str, expected: dict[str, int], partitions: int,
+                  value_size: int, key_size: int, *, every_partition: bool = False,
+                  sample_records: int = 20_000, sample_bytes: int = 64 << 20,
+                  timeout: float = 120.0) -> SweepVerification:
+    """The check of a run over several topics (or partitions), for the curves.
+
+    ``expected``: topic -> records sent to it. Every topic's high - low watermarks,
+    summed over its partitions, must equal its count (one ListOffsets request per
+    end, for all partitions at once); with ``every_partition`` every partition must
+    hold at least one record (keyed runs, which should reach them all). Then up to
+    :data:`SAMPLE` records from each end of every partition are read back and their
+    key and value sizes checked: fewer when there are many partitions or big records,
+    so that at most about ``sample_records`` records and ``sample_bytes`` bytes are
+    read (at least one record from each end of each partition)."""
+    tps = [TopicPartition(t, p) for t in expected for p in range(partitions)]
+    problems: list[str] = []
+    low = list_offsets(bootstrap, tps, OffsetSpec.earliest(), timeout)
+    high = list_offsets(bootstrap, tps, OffsetSpec.latest(), timeout)
+    held_by_topic = dict.fromkeys(expected, 0)
+    used = 0
+    for (t, p), hi in high.items():
+        n = hi - low[(t, p)]
+        held_by_topic[t] += n
+        used += n > 0
+    wrong = [(t, held_by_topic[t], n) for t, n in expected.items() if held_by_topic[t] != n]
+    if wrong:
+        problems.append(f"{len(wrong)} of {len(expected)} topic(s) hold the wrong count, "
+                        "e.g. " + ", ".join(f"{t}: {h} held, {n} sent" for t, h, n in wrong[:5]))
+    if every_partition and used < len(tps):
+        problems.append(f"{len(tps) - used} of {len(tps)} partition(s) got no record")
+    held = sum(held_by_topic.values())
+    record_bytes = max(1, value_size + max(0, key_size))
+    per_end = max(1, min(SAMPLE, sample_records // (2 * len(tps)),
+                         sample_bytes // (2 * len(tps) * record_bytes)))
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": f"bench-verify-{next(iter(expected))}",
+        "enable.auto.commit": False,
+        "fetch.max.bytes": 1 << 20,
+        "max.partition.fetch.bytes": 1 << 20,
+        "queued.max.messages.kbytes": 4096,
+    })
+    sampled = 0
+    try:
+        marks = {tp: (low[tp], high[tp]) for tp in high}
+        for wanted in ({tp: (lo, min(hi, lo + per_end)) for tp, (lo, hi) in marks.items()},
+                       {tp: (max(lo, hi - per_end), hi) for tp, (lo, hi) in marks.items()}):
+            sampled += _check_ranges(consumer, wanted, value_size, key_size, problems,
+                                     timeout)
+    finally:
+        consumer.close()
+    return SweepVerification(ok=not problems, held=held, expected=sum(expected.values()),
+                             sampled=sampled, problems=problems, partitions_used=used,
+                             per_end=per_end)

@@ -7,10 +7,19 @@ scenario fixes (acks, idempotence, linger).
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from bench.aio_driver import drive, run_loop
-from bench.common import Measured, RunArgs, Skip, child_main, make_keys, make_value
+from bench.common import (
+    Measured,
+    RunArgs,
+    Skip,
+    child_main,
+    make_keys,
+    make_value,
+    topic_names,
+)
 
 
 def run(args: RunArgs) -> Measured:
@@ -33,13 +42,18 @@ def run(args: RunArgs) -> Measured:
         opts["linger_ms"] = args.linger_ms
     if args.compression:
         opts["compression_type"] = args.compression
+    if args.max_request_size:
+        opts["max_request_size"] = args.max_request_size
     value = make_value(args.value_size, compressible=bool(args.compression))
-    keys = make_keys(args.key_size)
+    keys = make_keys(args.key_size, args.key_pool)
 
     async def main() -> Measured:
         producer = AIOKafkaProducer(**opts)
         await producer.start()
         try:
+            if args.warm_metadata:
+                # All at once: the client asks for them together.
+                await asyncio.gather(*(producer.partitions_for(t) for t in topic_names(args)))
             return await drive(args, producer.send, producer.flush, value, keys,
                                producer.send_and_wait)
         finally:

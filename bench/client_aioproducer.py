@@ -6,13 +6,13 @@ Rows: ``aioproducer`` (asyncio loop), ``aioproducer+uvloop``, ``aioproducer-send
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import time
 from typing import Any
 
 from bench.aio_driver import drive, run_loop
 from bench.common import (
-    KEY_MASK,
     THROUGHPUT,
     Measured,
     RunArgs,
@@ -21,6 +21,7 @@ from bench.common import (
     cpu_seconds,
     make_keys,
     make_value,
+    topic_names,
 )
 
 
@@ -37,6 +38,9 @@ def _options(args: RunArgs) -> dict[str, Any]:
     if args.batch_size:
         opts["batch_size"] = args.batch_size
         opts["max_request_size"] = max(args.batch_size + 65536, 1048576)
+    if args.max_request_size:
+        opts["max_request_size"] = max(args.max_request_size,
+                                       opts.get("max_request_size", 0))
     return opts
 
 
@@ -47,7 +51,7 @@ async def _send_many(args: RunArgs, p: Any, value: bytes, keys: list[bytes] | No
     Latency is sampled on every n-th record of a list, or per call otherwise.
 
     The keys of a chunk are a slice of the key pool repeated (built before the clock
-    starts): record ``i`` gets ``keys[i & KEY_MASK]``, as in the per-record loops, but
+    starts): record ``i`` gets ``keys[i & (len(keys) - 1)]``, as in the per-record loops, but
     the chunk's list is made as a bulk caller with a column of keys makes it, not by a
     Python loop over its records (which cost more than the send itself: ~570 of the
     ~1,550 instructions per record under callgrind).
@@ -57,12 +61,13 @@ async def _send_many(args: RunArgs, p: Any, value: bytes, keys: list[bytes] | No
     lat: list[float] = []
     pending: list[Any] = []
     tiled = None if keys is None else keys * (chunk // len(keys) + 2)
+    mask = 0 if keys is None else len(keys) - 1
     cpu0 = cpu_seconds()
     t0 = perf()
     for start in range(0, n, chunk):
         count = min(chunk, n - start)
         values = [value] * count
-        ks = None if tiled is None else tiled[start & KEY_MASK:(start & KEY_MASK) + count]
+        ks = None if tiled is None else tiled[start & mask:(start & mask) + count]
         t = perf()
         res = await p.send_many(topic, values, keys=ks)
         if isinstance(res, list | tuple):
@@ -93,17 +98,22 @@ def run(args: RunArgs) -> Measured:
         raise Skip("Producer has no send_many() yet")
     if args.api == "send_many" and args.mode != THROUGHPUT:
         raise Skip("send_many is measured in throughput scenarios only")
+    if args.api == "send_many" and args.topics != 1:
+        raise Skip("send_many is measured with one topic only")
     if args.loop == "uvloop":
         try:
             import uvloop  # noqa: F401
         except ImportError:
             raise Skip("uvloop is not installed") from None
     value = make_value(args.value_size, compressible=bool(args.compression))
-    keys = make_keys(args.key_size)
+    keys = make_keys(args.key_size, args.key_pool)
     opts = _options(args)
 
     async def main() -> Measured:
         async with Producer(**opts) as p:
+            if args.warm_metadata:
+                # All at once: the client asks for them together.
+                await asyncio.gather(*(p.partitions_for(t) for t in topic_names(args)))
             if args.api == "send_many":
                 m = await _send_many(args, p, value, keys)
             else:

@@ -19,7 +19,16 @@ from pathlib import Path
 
 from aioproducer.devbroker.jars import KafkaLibsError
 from aioproducer.devbroker.jars import java_executable as devbroker_java
-from bench.common import PACED, THROUGHPUT, Measured, RunArgs, Skip, child_main, make_value
+from bench.common import (
+    PACED,
+    THROUGHPUT,
+    Measured,
+    RunArgs,
+    Skip,
+    child_main,
+    make_value,
+    unsupported_sweep,
+)
 
 MAIN_CLASS = "org.apache.kafka.tools.ProducerPerformance"
 JVM_OPTS = ["-Xmx512M", "-Djava.awt.headless=true"]
@@ -44,6 +53,7 @@ def command(args: RunArgs, payload_file: str | None = None) -> list[str]:
         raise Skip(f"no kafka-tools jar in {libs}")
     if args.key_size > 0:
         raise Skip("ProducerPerformance cannot send keys")
+    unsupported_sweep(args, "ProducerPerformance")
     if args.mode not in (THROUGHPUT, PACED):
         raise Skip(f"ProducerPerformance has no {args.mode} mode")
     throughput = str(int(args.rate)) if args.mode == PACED else "-1"

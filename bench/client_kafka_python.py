@@ -22,10 +22,12 @@ from bench.common import (
     make_keys,
     make_value,
     split_count,
+    unsupported_sweep,
 )
 
 
 def run(args: RunArgs) -> Measured:
+    unsupported_sweep(args, "the kafka-python runner")
     try:
         import kafka
         from kafka import KafkaProducer

@@ -133,6 +133,9 @@ REFERENCE = "aioproducer"
 
 # -- one run's arguments and result ------------------------------------------------
 
+KEY_POOL = 1024
+KEY_MASK = KEY_POOL - 1
+
 
 @dataclass
 class RunArgs:
@@ -164,6 +167,17 @@ class RunArgs:
     batch_size: int | None = None
     """Overrides the client's default batch size (aioproducer rows only)."""
     kafka_libs: str | None = None
+    topics: int = 1
+    """Record ``i`` goes to topic ``i % topics`` of :func:`topic_names` (round robin);
+    1: every record goes to ``topic``."""
+    key_pool: int = KEY_POOL
+    """Distinct keys, cycled (a power of two): see :func:`make_keys`."""
+    max_request_size: int | None = None
+    """Overrides the client's largest request / message (``max_request_size``,
+    ``message.max.bytes``): records of 1 MiB do not fit the defaults."""
+    warm_metadata: bool = False
+    """Fetch every topic's metadata before the clock starts (``partitions_for()``,
+    ``list_topics()``), so that no run pays for it inside the measured window."""
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -237,10 +251,6 @@ def percentile(sorted_values: list[float], q: float) -> float | None:
     return sorted_values[min(rank, len(sorted_values)) - 1]
 
 
-KEY_POOL = 1024
-KEY_MASK = KEY_POOL - 1
-
-
 def make_value(size: int, compressible: bool = False) -> bytes:
     """One payload reused for every record (as ProducerPerformance does)."""
     rng = random.Random(20261122)
@@ -253,12 +263,37 @@ def make_value(size: int, compressible: bool = False) -> bytes:
     return bytes(rng.randrange(65, 91) for _ in range(size))
 
 
-def make_keys(size: int) -> list[bytes] | None:
-    """:data:`KEY_POOL` distinct keys of ``size`` bytes, or None for keyless scenarios."""
+def make_keys(size: int, pool: int = KEY_POOL) -> list[bytes] | None:
+    """``pool`` distinct keys of ``size`` bytes (record ``i`` takes key
+    ``i & (pool - 1)``), or None for keyless scenarios."""
     if size <= 0:
         return None
+    if pool <= 0 or pool & (pool - 1):
+        raise ValueError(f"the key pool must be a power of two, got {pool}")
     rng = random.Random(16)
-    return [rng.randbytes(size) for _ in range(KEY_POOL)]
+    return [rng.randbytes(size) for _ in range(pool)]
+
+
+def topic_names(args: RunArgs) -> list[str]:
+    """The run's topics: ``args.topic`` alone, or ``args.topic`` + ``.0000`` ... when
+    ``args.topics`` > 1 (the harness creates them, the runners send round robin)."""
+    if args.topics <= 1:
+        return [args.topic]
+    return [f"{args.topic}.{j:04d}" for j in range(args.topics)]
+
+
+def topic_counts(records: int, topics: int) -> list[int]:
+    """Records each topic of :func:`topic_names` gets from a round-robin run."""
+    base, extra = divmod(records, max(1, topics))
+    return [base + (1 if j < extra else 0) for j in range(max(1, topics))]
+
+
+def unsupported_sweep(args: RunArgs, what: str) -> None:
+    """Raise :class:`Skip` for a runner that sends to one topic with the default key
+    pool only (``what``: the runner)."""
+    if args.topics != 1 or args.key_pool != KEY_POOL or args.max_request_size is not None:
+        raise Skip(f"{what} runs one topic, {KEY_POOL} keys and its default request size "
+                   "only (not the curves' sweeps)")
 
 
 def payload_bytes(args: RunArgs) -> int:

@@ -72,7 +72,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="records/s in paced-10k (default 10,000)")
     p.add_argument("--paced-seconds", type=float, default=5.0,
                    help="duration of paced-10k (default 5 s)")
-    p.add_argument("--reps", type=int, default=3, help="repetitions (default 3)")
+    p.add_argument("--reps", type=int, default=None,
+                   help="repetitions (default 3; 2 with --curves)")
     p.add_argument("--bootstrap", default=os.environ.get("AIOPRODUCER_BOOTSTRAP"),
                    help="an existing broker (host:port); default: env AIOPRODUCER_BOOTSTRAP, "
                         "else a local single-node broker started for the run")
@@ -86,14 +87,39 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--keep-topics", action="store_true",
                    help="do not delete each run's topic after verifying it")
     p.add_argument("--list", action="store_true", help="list scenarios and clients, then exit")
+    c = p.add_argument_group(
+        "curves", "--curves sweeps one parameter at a time instead of running the "
+        "scenarios: records/s and CPU per record against partitions, topics, record "
+        "size and concurrent callers, as PNG plots (bench/curves.py; default clients "
+        "aioproducer, aiokafka, confluent-kafka)")
+    c.add_argument("--curves", action="store_true", help="run the curves")
+    c.add_argument("--axis", action="append", default=[], metavar="NAME",
+                   choices=["partitions", "topics", "size", "callers"],
+                   help="partitions, topics, size or callers (repeatable; default all)")
+    c.add_argument("--points", default=None, metavar="X,Y,...",
+                   help="the points of the one --axis given (default: its own)")
+    c.add_argument("--curve-records", type=int, default=200_000, metavar="N",
+                   help="records per run (default 200,000; fewer on the size axis "
+                        "and the callers axis, see bench/curves.py)")
+    c.add_argument("--curve-bytes", type=int, default=256 << 20, metavar="BYTES",
+                   help="at most this many value bytes per run on the size axis "
+                        "(default 256 MiB)")
+    c.add_argument("--max-minutes", type=float, default=55.0,
+                   help="the runs not started by then are not run (default 55)")
+    c.add_argument("--plots", type=Path, default=None, metavar="DIR",
+                   help="where the PNGs go (default: --out)")
+    c.add_argument("--into", type=Path, default=None, metavar="FILE",
+                   help="a Markdown file (docs/performance.md) whose block between "
+                        "'<!-- bench-curves:begin -->' and '<!-- bench-curves:end -->' "
+                        "is replaced by the curves' page")
     args = p.parse_args(argv)
     for name in args.scenario:
         if name not in SCENARIOS:
             p.error(f"unknown scenario {name!r}; choose from {names}")
-    if min(args.records, args.reps, args.sync_records, args.concurrent_records,
-           args.concurrency) <= 0:
-        p.error("--records, --sync-records, --concurrent-records, --concurrency and "
-                "--reps must be positive")
+    if min(args.records, args.reps or 1, args.sync_records, args.concurrent_records,
+           args.concurrency, args.curve_records, args.curve_bytes) <= 0:
+        p.error("--records, --sync-records, --concurrent-records, --concurrency, "
+                "--curve-records, --curve-bytes and --reps must be positive")
     if args.paced_rate <= 0 or args.paced_seconds <= 0:
         p.error("--paced-rate and --paced-seconds must be positive")
     return args
@@ -309,6 +335,12 @@ def host_description() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.curves:
+        from bench.curves import run_curves
+
+        return run_curves(args, argv if argv is not None else sys.argv[1:])
+    if args.reps is None:
+        args.reps = 3
     if args.list:
         for sc in SCENARIOS.values():
             print(f"scenario {sc.name:22} {sc.description}")
