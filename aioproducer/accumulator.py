@@ -32,6 +32,11 @@ from .types import TopicPartition
 
 __all__ = ["AppendResult", "ProducerBatch", "ReadyResult", "RecordAccumulator"]
 
+MIN_BATCH_TARGET = 1024
+"""The smallest block a sparse partition's batches shrink to under memory pressure
+(see :meth:`RecordAccumulator.batch_taken`); a record larger than it gets a block of
+its own size, as always."""
+
 
 
 class StickyPartitioner(Protocol):
@@ -428,36 +433,68 @@ class RecordAccumulator:
         return min(BATCH_HEADER_SIZE + budget, max(self.max_compressed_batch, target))
 
     def batch_taken(self, batch: ProducerBatch, now: float | None = None) -> None:
-        """Adapt the partition's batch size to its rate (KIP-782's expandable batches).
+        """Adapt the partition's batch size to its rate (KIP-782's expandable batches,
+        and smaller batches for sparse partitions when memory is short).
 
         A batch that filled up before the Sender took it means records arrive faster
         than batches go out: the partition's next batch is twice as large, up to
-        ``batch_max_size`` and half the topic's ``max.message.bytes`` (asked of the
-        broker the first time; no growth until it is known, or if it cannot be
-        known), while at least half of ``buffer_memory`` is free (under
-        memory pressure batches stay small, so that many partitions can share it). A
-        batch taken less than half full after it waited ``linger_ms`` (``now``:
-        monotonic time of the drain) halves the target again, down to ``batch_size``;
-        one taken earlier, along with a full batch of another partition of the same
-        node (the drain takes every partition's first batch), says nothing about its
-        rate and leaves the target as it is. Bigger batches mean fewer Produce
-        requests for the same records, which is where a busy partition's time goes.
+        ``batch_size`` at once, then up to ``batch_max_size`` and half the topic's
+        ``max.message.bytes`` (asked of the broker the first time; no growth until it
+        is known, or if it cannot be known), while at least half of ``buffer_memory``
+        is free (under memory pressure batches stay small, so that many partitions can
+        share it). A batch taken less than half full after it waited ``linger_ms``
+        (``now``: monotonic time of the drain) halves the target again, down to
+        ``batch_size``; and while more than half of ``buffer_memory`` is in use, one
+        taken a quarter full or less sets it below ``batch_size``: twice what the
+        batch held, at least :data:`MIN_BATCH_TARGET` (also before its linger, while
+        sends wait for memory: the drain then takes every batch at once). A partition
+        that gets a few records per linger then holds a block of its size, not
+        ``batch_size``: with
+        thousands of such partitions, ``batch_size`` blocks of a record or two each
+        fill ``buffer_memory`` and every send waits for memory (Java's producer has
+        that limit; librdkafka, which buffers per record, has not). One taken
+        earlier, along with a full batch of another partition of the same node (the
+        drain takes every partition's first batch), says nothing about its rate and
+        leaves the target as it is. Bigger batches mean fewer Produce requests for the
+        same records, which is where a busy partition's time goes.
         """
         tp = batch.tp
-        target = self.batch_targets.get(tp, self.batch_size)
+        base = self.batch_size
+        target = self.batch_targets.get(tp, base)
         if batch.full:
+            if target < base:
+                target *= 2
+                if target >= base:
+                    del self.batch_targets[tp]
+                else:
+                    self.batch_targets[tp] = target
+                return
+            if self.batch_max_size <= base:
+                return
             cap = self.growth_caps.get(tp[0])
             if cap is None:
                 self.learn_growth_cap(tp[0])
             elif target < cap and self.pool.available_memory * 2 >= self.pool.total_memory:
                 self.batch_targets[tp] = min(target * 2, cap)
-        elif (target > self.batch_size and batch.builder.size_in_bytes * 2 < target
-              and (now is None or now - batch.created >= self.linger)):
-            target //= 2
-            if target <= self.batch_size:
-                del self.batch_targets[tp]
-            else:
-                self.batch_targets[tp] = target
+            return
+        starved = self.memory.waiters > 0
+        if now is not None and now - batch.created < self.linger and not starved:
+            return
+        used = int(batch.builder.size_in_bytes)
+        if target > base:
+            if used * 2 < target:
+                target //= 2
+                if target <= base:
+                    del self.batch_targets[tp]
+                else:
+                    self.batch_targets[tp] = target
+        elif used * 4 <= target and target > MIN_BATCH_TARGET and (
+                starved or self.pool.available_memory * 2 < self.pool.total_memory):
+            small = MIN_BATCH_TARGET
+            while small < used * 2:
+                small *= 2
+            if small < target:
+                self.batch_targets[tp] = small
 
     def batch_closed(self, batch: ProducerBatch) -> None:
         """Learn the topic's compression ratio from a batch that was just closed."""
@@ -764,7 +801,7 @@ class RecordAccumulator:
                 dq.popleft()
                 if self.hurried and self.hurried.get(tp) is batch:
                     del self.hurried[tp]
-                if batch.attempts == 0 and self.batch_max_size > self.batch_size:
+                if batch.attempts == 0:
                     self.batch_taken(batch, now)
                 batch.full = True  # closed for appends from now on, even if re-enqueued
                 size += batch_bytes

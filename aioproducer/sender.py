@@ -72,6 +72,10 @@ _METADATA_ERRORS = frozenset({
     int(ErrorCode.inconsistent_topic_id),
 })
 _DUPLICATE_SEQUENCE = int(ErrorCode.duplicate_sequence_number)
+
+SLOW_PASS_S = 0.001
+"""A Sender pass that took more CPU than this is followed by a quiet time (see
+``Sender._run``): it happens with thousands of partitions in use."""
 # Answers that may carry the partition's new leader (KIP-951).
 _LEADER_HINT_CODES = frozenset({int(ErrorCode.not_leader_or_follower),
                                 int(ErrorCode.fenced_leader_epoch)})
@@ -115,6 +119,10 @@ class Sender:
         self.in_flight: dict[TopicPartition, deque[ProducerBatch]] = {}
         self.task: asyncio.Task[None] | None = None
         self._sleeper: asyncio.Future[None] | None = None
+        # After a slow pass the Sender waits a little before the next (see _run):
+        # _quiet while it does, _woken if a wakeup came meanwhile.
+        self._quiet = False
+        self._woken = False
         # The timer that ends the Sender's sleep at the latest (see _run), or None.
         self._timer: asyncio.TimerHandle | None = None
         self._background: set[asyncio.Task[Any]] = set()
@@ -141,6 +149,17 @@ class Sender:
         s = self._sleeper
         if s is not None and not s.done():
             s.set_result(None)
+        elif self._quiet:
+            self._woken = True  # the pass after the quiet time runs at once
+
+    def looks_within(self, seconds: float) -> bool:
+        """Whether the Sender makes a pass within ``seconds`` without a wakeup: one is
+        due now (it is not sleeping), or its timer fires by then."""
+        s = self._sleeper
+        if s is None or s.done():
+            return True
+        timer = self._timer
+        return timer is not None and timer.when() <= s.get_loop().time() + seconds
 
     async def stop(self) -> None:
         """Cancel the task and every background request it started."""
@@ -161,8 +180,30 @@ class Sender:
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         try:
+            cpu = time.thread_time
             while not self._stopped:
+                spent = cpu()
                 delay = self.run_once(time.monotonic())
+                spent = cpu() - spent
+                if spent > SLOW_PASS_S and not self._stopped:
+                    # A pass walks every partition with something queued or in flight:
+                    # with thousands of them it takes milliseconds, and a pass for each
+                    # new full batch or each partition's linger would leave send() no
+                    # time. After such a pass the next one waits twice its CPU time
+                    # (50 ms at most), wakeups included, so that passes take a third of
+                    # the loop at most and each finds more to send. Batches linger a
+                    # little longer then, and gather more records. With tens of
+                    # partitions a pass costs tens of µs: this never happens.
+                    quiet = min(2 * spent, 0.05)
+                    self._quiet = True
+                    self._woken = False
+                    try:
+                        await asyncio.sleep(quiet)
+                    finally:
+                        self._quiet = False
+                    if self._woken or delay <= quiet:
+                        continue
+                    delay -= quiet
                 if self._stopped or (self.acc.closing and not self.acc.incomplete):
                     return
                 self._sleeper = loop.create_future()

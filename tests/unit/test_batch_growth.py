@@ -1,6 +1,7 @@
 """Expandable batches (KIP-782's ``batch.max.size``): a partition whose batches fill up
 gets bigger ones, up to ``batch_max_size``; quiet partitions, memory pressure and
-``batch_max_size=batch_size`` keep Java's fixed ``batch_size``."""
+``batch_max_size=batch_size`` keep Java's fixed ``batch_size``; under memory pressure
+sparse partitions get smaller blocks than ``batch_size``."""
 
 from __future__ import annotations
 
@@ -120,6 +121,49 @@ def test_no_growth_under_memory_pressure() -> None:
         acc.pool.release(block)
     _, batch = take(acc, tp, 1.0)
     assert acc.batch_targets[tp] == 32768
+
+
+def test_sparse_batches_shrink_under_memory_pressure_and_full_ones_grow_back() -> None:
+    """With more than half of buffer_memory in use, a batch taken a quarter full or
+    less after its linger makes the partition's next block twice what it held (1 KiB
+    at least, a power of two); a full one doubles it, back to batch_size. Thousands of
+    partitions with a record or two each then share the memory in small blocks."""
+    acc = accumulator(buffer_memory=1 << 20)
+    tp = (TOPIC, 0)
+    held = [acc.pool.try_allocate(16384) for _ in range(33)]  # 528 KiB of 1 MiB in use
+    capacity, batch = take(acc, tp, 0.05)
+    used = int(batch.builder.size_in_bytes)
+    assert capacity == 16384 and 819 <= used < 1024  # 5 % of the block, and a record
+    assert acc.batch_targets[tp] == 2048  # 2 * used, rounded up to a power of two
+    release(acc, batch)
+    # One record: a 1 KiB block (the floor), which a full batch doubles back.
+    assert sizes(acc, tp, 0.01, 2) == [2048, 1024]
+    assert acc.batch_targets[tp] == 1024
+    assert sizes(acc, tp, 1.0, 5) == [1024, 2048, 4096, 8192, 16384]
+    assert tp not in acc.batch_targets
+    # A quarter full or more keeps the size; a block under the floor never shrinks.
+    assert sizes(acc, tp, 0.3, 2) == [16384, 16384]
+    # Without the pressure, sparse batches keep batch_size (Java's fixed size).
+    for block in held:
+        assert block is not None
+        acc.pool.release(block)
+    assert sizes(acc, (TOPIC, 1), 0.01, 3) == [16384, 16384, 16384]
+    assert (TOPIC, 1) not in acc.batch_targets
+
+
+def test_fixed_batch_size_shrinks_too_under_memory_pressure() -> None:
+    """batch_max_size=batch_size (no growth above it) still lets sparse partitions
+    take small blocks when memory is short, and grow back to batch_size."""
+    acc = accumulator(batch_max_size=16384, buffer_memory=1 << 20)
+    tp = (TOPIC, 0)
+    held = [acc.pool.try_allocate(16384) for _ in range(33)]
+    assert sizes(acc, tp, 0.01, 2) == [16384, 1024]
+    assert sizes(acc, tp, 1.0, 5) == [1024, 2048, 4096, 8192, 16384]
+    assert sizes(acc, tp, 1.0, 1) == [16384]  # and no further
+    assert tp not in acc.batch_targets
+    for block in held:
+        assert block is not None
+        acc.pool.release(block)
 
 
 def test_batch_max_size_equal_to_batch_size_is_javas_fixed_size() -> None:

@@ -6,6 +6,7 @@ partition and a broker's idempotence state, so each test asserts what the log ho
 from __future__ import annotations
 
 import asyncio
+import itertools
 from typing import Any
 
 import pytest
@@ -193,5 +194,64 @@ async def test_awaiting_many_sends_as_one() -> None:
         assert result.failed_count() == len(failed)
         assert {(t, part) for t, part, _e in result.failures()} == {("t", 1)}
         assert SendManyResult.of([]).count == 0 and await SendManyResult.of([]) == 0
+    finally:
+        await p.close()
+
+
+async def test_a_slow_pass_is_followed_by_a_quiet_time_and_a_wakeup_waits_it_out(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pass that took more CPU than SLOW_PASS_S (thousands of partitions) is followed
+    by twice its CPU time without passes, wakeups included; a wakeup that came meanwhile
+    runs the next pass as soon as it ends, and every record is written."""
+    import time
+
+    import aioproducer.sender as sender_module
+
+    burn = 0.003
+    monkeypatch.setattr(sender_module, "SLOW_PASS_S", 0.002)
+    p = parts({"t": 1}, linger_ms=0)
+    real = p.sender.run_once
+    passes: list[tuple[float, float]] = []  # (start, end), monotonic
+
+    def slow_pass(now: float, want_delay: bool = True) -> float:
+        t0 = time.monotonic()
+        c0 = time.thread_time()
+        while time.thread_time() - c0 < burn:  # CPU, as a pass over many partitions
+            pass
+        try:
+            return real(now, want_delay)
+        finally:
+            passes.append((t0, time.monotonic()))
+
+    p.sender.run_once = slow_pass  # type: ignore[method-assign]
+    try:
+        futures = []
+        for i in range(20):  # a send, and its wakeup, every millisecond
+            futures.append(await send(p, b"v%d" % i))
+            await asyncio.sleep(0.001)
+        results = await settled(futures)
+        assert all(isinstance(r, RecordMetadata) for r in results), results
+        assert values_in_log(p) == list(range(20))
+        # The passes of the Sender task are 2 * burn apart at least (the quiet time
+        # is twice the pass's CPU time, which is burn or a little more), less 1 ms:
+        # uvloop's timers count whole milliseconds, and may fire that much early.
+        gaps = [b[0] - a[1] for a, b in itertools.pairwise(passes)]
+        assert len(passes) >= 3 and min(gaps) >= 2 * burn - 0.001, gaps
+    finally:
+        await p.close()
+
+
+async def test_fast_passes_have_no_quiet_time() -> None:
+    """With a handful of partitions a pass costs microseconds: every wakeup gets its
+    own pass at once (linger 0: each record its own request)."""
+    p = parts({"t": 1}, linger_ms=0)
+    try:
+        futures = []
+        for i in range(10):
+            futures.append(await send(p, b"v%d" % i))
+            await futures[-1]
+        assert values_in_log(p) == list(range(10))
+        assert p.broker.requests == 10
+        assert not p.sender._quiet
     finally:
         await p.close()
