@@ -154,9 +154,14 @@ class Sender:
 
     def looks_within(self, seconds: float) -> bool:
         """Whether the Sender makes a pass within ``seconds`` without a wakeup: one is
-        due now (it is not sleeping), or its timer fires by then."""
+        due now (it is not sleeping, nor waiting out a quiet time), or its timer fires
+        by then."""
         s = self._sleeper
-        if s is None or s.done():
+        if s is None:
+            # Between passes (the next one runs before any sleep), unless in the quiet
+            # time after a slow pass, whose wait was reckoned without this batch.
+            return not self._quiet
+        if s.done():
             return True
         timer = self._timer
         return timer is not None and timer.when() <= s.get_loop().time() + seconds

@@ -255,3 +255,25 @@ async def test_fast_passes_have_no_quiet_time() -> None:
         assert not p.sender._quiet
     finally:
         await p.close()
+
+
+async def test_a_new_batch_in_the_quiet_time_is_not_left_for_the_old_delay() -> None:
+    """looks_within() (the Producer skips a wakeup when it is true) is false while the
+    Sender waits out a quiet time, whose wait was reckoned before the new batch: the
+    wakeup then runs the next pass as soon as the quiet time ends."""
+    p = parts({"t": 1}, linger_ms=50)
+    try:
+        await asyncio.sleep(0.01)  # the Sender sleeps: its idle timer is ~1 s away
+        s: Any = p.sender
+        assert s._sleeper is not None and not s.looks_within(0.05)
+        assert s.looks_within(1.5)
+        s._sleeper, sleeper = None, s._sleeper  # as during a quiet time
+        s._quiet = True
+        assert not s.looks_within(10.0)
+        s.wakeup()
+        assert s._woken
+        s._quiet = False
+        assert s.looks_within(0.0)  # between passes: the next one comes anyway
+        s._sleeper = sleeper
+    finally:
+        await p.close()
