@@ -124,7 +124,10 @@ class Sender:
         self._quiet = False
         self._woken = False
         # The timer that ends the Sender's sleep at the latest (see _run), or None.
-        self._timer: asyncio.TimerHandle | None = None
+        # (A Handle, not a TimerHandle, when uvloop's call_at rounds the delay down to
+        # 0 ms: it has no when(), so its deadline is kept in _timer_at.)
+        self._timer: asyncio.Handle | None = None
+        self._timer_at = 0.0
         self._background: set[asyncio.Task[Any]] = set()
         self._stopped = False
         self._latency_ms = 0.0
@@ -163,8 +166,7 @@ class Sender:
             return not self._quiet
         if s.done():
             return True
-        timer = self._timer
-        return timer is not None and timer.when() <= s.get_loop().time() + seconds
+        return self._timer is not None and self._timer_at <= s.get_loop().time() + seconds
 
     async def stop(self) -> None:
         """Cancel the task and every background request it started."""
@@ -219,10 +221,11 @@ class Sender:
                     # heap push and a handle per request.
                     deadline = loop.time() + min(delay, 1.0)
                     timer = self._timer
-                    if timer is None or timer.when() > deadline:
+                    if timer is None or self._timer_at > deadline:
                         if timer is not None:
                             timer.cancel()
                         self._timer = loop.call_at(deadline, self._on_timer)
+                        self._timer_at = deadline
                 else:
                     self._sleeper.set_result(None)
                 try:

@@ -263,8 +263,18 @@ async def test_a_new_batch_in_the_quiet_time_is_not_left_for_the_old_delay() -> 
     wakeup then runs the next pass as soon as the quiet time ends."""
     p = parts({"t": 1}, linger_ms=50)
     try:
-        await asyncio.sleep(0.01)  # the Sender sleeps: its idle timer is ~1 s away
         s: Any = p.sender
+        for _ in range(200):  # until it sleeps with nothing to do
+            await asyncio.sleep(0.005)
+            if s._sleeper is not None and not s._sleeper.done() and p.pid is not None \
+                    and p.pid.ready:
+                break
+        # Its timer, 1 s away (as when idle), set here so that the test does not race it.
+        loop = asyncio.get_running_loop()
+        if s._timer is not None:
+            s._timer.cancel()
+        s._timer = loop.call_later(1.0, s._on_timer)
+        s._timer_at = loop.time() + 1.0
         assert s._sleeper is not None and not s.looks_within(0.05)
         assert s.looks_within(1.5)
         s._sleeper, sleeper = None, s._sleeper  # as during a quiet time
