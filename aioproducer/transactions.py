@@ -422,15 +422,31 @@ class TransactionManager:
         self._add_next = asyncio.get_running_loop().time() + delay
         log.debug("%s failed (%s); retrying in %.0f ms", what, exc, delay * 1000)
 
+    async def _await_add(self) -> None:
+        """Wait for the AddPartitionsToTxn (or epoch bump) in flight, if any. A forced
+        close() cancels it: the caller then gets close()'s error (ProducerClosedError),
+        not the CancelledError of a task it never cancelled."""
+        task = self._add_task
+        if task is None:
+            return
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            me = asyncio.current_task()
+            closing = self._closing
+            if closing is not None and task.cancelled() \
+                    and (me is None or me.cancelling() == 0):
+                raise closing from None
+            raise
+
     async def _bump_now(self) -> None:
         """The epoch bump due before any request of this transaction (after a resumed
         transaction), made by the caller when the Sender has not made it yet: an
         AddOffsetsToTxn or TxnOffsetCommit under the old epoch would start a
         transaction that the bump then aborts."""
         while self._bump_first:
-            task = self._add_task
-            if task is not None:  # the Sender's bump in progress
-                await asyncio.shield(task)
+            if self._add_task is not None:  # the Sender's bump in progress
+                await self._await_add()
                 continue
             await self._init_producer_id(bump=True)  # (clears _bump_first)
 
@@ -584,8 +600,7 @@ class TransactionManager:
                         if hurry is not None:
                             hurry(False)
                 await flush()
-                if self._add_task is not None:
-                    await asyncio.shield(self._add_task)
+                await self._await_add()
                 async with self._offsets_lock:
                     if m.state is TxnState.COMMITTING:
                         await self._send_pending_offsets()
@@ -615,8 +630,7 @@ class TransactionManager:
             await wait_in_flight()
             async with self._offsets_lock:  # an offsets call in progress ends first
                 self._pending_offsets.clear()
-            if self._add_task is not None:
-                await asyncio.shield(self._add_task)
+            await self._await_add()
         if m.state is not TxnState.ABORTING:
             raise m.state_error("abort_transaction()")
         await self._finish(False)
@@ -631,8 +645,7 @@ class TransactionManager:
         with self._running("prepare_transaction()"):
             await self._wait_appending()
             await flush()
-            if self._add_task is not None:
-                await asyncio.shield(self._add_task)
+            await self._await_add()
             async with self._offsets_lock:
                 if m.state is TxnState.IN_TRANSACTION:
                     await self._send_pending_offsets()

@@ -160,6 +160,59 @@ async def test_close_cancels_add_partitions_and_refuses_end_txn() -> None:
     assert conn.requests == []  # not written
 
 
+async def test_a_commit_waiting_for_add_partitions_gets_the_close_error() -> None:
+    """A forced close() cancels the AddPartitionsToTxn a commit (or abort, or
+    hand-over) waits for: the commit raises close()'s ProducerClosedError, not the
+    CancelledError of a task its caller never cancelled (found by the txn soak)."""
+    for which in ("commit", "abort", "prepare"):
+        tm, _conn, _pid = await _manager(level=1)
+        tm.begin()
+        tm._started = True
+        gate = asyncio.Event()
+
+        async def stuck(gate: asyncio.Event = gate) -> None:
+            await gate.wait()
+
+        async def nothing() -> None:
+            return None
+
+        tm._add_task = asyncio.ensure_future(stuck())
+        if which == "commit":
+            call = asyncio.ensure_future(tm.commit(nothing))
+        elif which == "abort":
+            call = asyncio.ensure_future(tm.abort(lambda err: None, nothing))
+        else:
+            call = asyncio.ensure_future(tm.hand_over(nothing))
+        await asyncio.sleep(0.01)
+        assert not call.done()
+        tm.close(ProducerClosedError("closed"))
+        with pytest.raises(ProducerClosedError):
+            await call
+        assert not call.cancelled(), which
+
+
+async def test_a_cancelled_commit_waiting_for_add_partitions_stays_cancelled() -> None:
+    tm, _conn, _pid = await _manager(level=1)
+    tm.begin()
+    tm._started = True
+    gate = asyncio.Event()
+
+    async def stuck() -> None:
+        await gate.wait()
+
+    async def nothing() -> None:
+        return None
+
+    tm._add_task = asyncio.ensure_future(stuck())
+    call = asyncio.ensure_future(tm.commit(nothing))
+    await asyncio.sleep(0.01)
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    assert not tm._add_task.done()  # shielded: the request goes on
+    gate.set()
+
+
 async def test_failed_sender_leaves_an_abort_then_the_producer_is_unusable() -> None:
     tm, _conn, _pid = await _manager(level=2)
     tm.begin()
