@@ -57,8 +57,9 @@ spark-cluster-stop:
 demo: broker
 	$(BIN)/aioproducer perf --num-records 1000000 --record-size 100
 
-# Set-up plus the full suite (the suite starts its own broker once per session).
-test: build
+# Set-up plus the full suite (the suite starts its own broker once per session). The
+# docs extra is installed too: the suite builds the documentation (mkdocs --strict).
+test: $(DOCS_STAMP) build
 	$(BIN)/python -m pytest -q -ra --durations=25 $(PYTEST_ARGS)
 
 lint: build
@@ -87,7 +88,9 @@ docs: $(DOCS_STAMP) build
 wheel: $(STAMP)
 	$(BIN)/python tools/wheels.py $(foreach p,$(PYTHONS),--python $(p))
 
-# Another CPython (V=3.12 or 3.13; found by tools/wheels.py, as for the wheels): its own
+# A developer's check on another CPython (CI does not run it: `make test` covers 3.12
+# and 3.13 through their wheels, tests/broker/test_wheels.py). V=3.12 or 3.13, found by
+# tools/wheels.py as for the wheels: its own
 # venv (.venv-3.12) with the test, cli, otel and schema extras (not Spark), the core
 # compiled for it, then the unit tests (-m "not broker" tests/unit, the fuzz campaigns
 # included; not mypy: it checks the package as Python 3.11 whatever runs it, and needs
@@ -98,7 +101,8 @@ other-python:
 	$(MAKE) VENV=.venv-$(V) PYTHON="$$($(PYTHON) tools/wheels.py --find $(V))" \
 		EXTRAS=test,cli,otel,schema SPARK= build
 	.venv-$(V)/bin/python -m pytest -q -ra -m "not broker" tests/unit \
-		--deselect tests/unit/test_sourcecode.py::test_mypy_strict_on_the_package $(PYTEST_ARGS)
+		--deselect tests/unit/test_sourcecode.py::test_mypy_strict_on_the_package \
+		--deselect tests/unit/test_docs_build.py $(PYTEST_ARGS)
 	.venv-$(V)/bin/python -m pytest -q -ra tests/broker/test_smoke.py
 
 clean: broker-stop

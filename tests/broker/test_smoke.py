@@ -1,7 +1,7 @@
-"""The broker smoke that CI runs on the interpreters other than the full suite's
-(``.ci/run``: CPython 3.12 and 3.13): ``send``, ``send_many``, ``send_and_wait`` and a
-committed transaction next to an aborted one, on the test broker, read back by
-confluent-kafka field by field. Quick (a few seconds); also part of ``make test``."""
+"""The broker smoke: ``send``, ``send_many``, ``send_and_wait`` and a committed
+transaction next to an aborted one, on the test broker, read back by confluent-kafka
+field by field. Quick (a few seconds); part of ``make test``, and what
+``make other-python V=3.12`` runs on another interpreter."""
 
 from __future__ import annotations
 

@@ -93,7 +93,7 @@ def _wheel(dist: Path, tag: str) -> Path | None:
     return found[-1] if found else None
 
 
-@pytest.fixture(params=["cp311", "cp312", "cp313"])
+@pytest.fixture(params=[f"cp{v.replace('.', '')}" for v in wheel_tools.VERSIONS])
 def wheel(request: pytest.FixtureRequest, interpreters: dict[str, str],
           dist: Path) -> Iterator[tuple[str, Path]]:
     tag: str = request.param
