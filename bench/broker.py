@@ -101,46 +101,19 @@ class Verification:
             return f"broker holds {self.held} records, {self.sampled} sampled: ok"
         return "; ".join(self.problems)
 
+    def summary(self) -> dict[str, Any]:
+        """What a run's record keeps of it (the first 20 problems)."""
+        return {"ok": self.ok, "held": self.held, "expected": self.expected,
+                "sampled": self.sampled, "problems": self.problems[:20]}
+
 
 def verify_topic(bootstrap: str, topic: str, partitions: int, expected: int,
                  value_size: int, key_size: int, timeout: float = 60.0) -> Verification:
     """Require sum(high - low watermark) == expected, then read up to :data:`SAMPLE`
-    records from each end of every partition and check their key and value sizes."""
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap,
-        "group.id": f"bench-verify-{topic}",
-        "enable.auto.commit": False,
-        "fetch.max.bytes": 1 << 20,
-        "max.partition.fetch.bytes": 1 << 20,
-        "queued.max.messages.kbytes": 4096,
-    })
-    problems: list[str] = []
-    try:
-        marks: dict[int, tuple[int, int]] = {}
-        for p in range(partitions):
-            marks[p] = consumer.get_watermark_offsets(TopicPartition(topic, p),
-                                                      timeout=timeout, cached=False)
-        held = sum(high - low for low, high in marks.values())
-        if held != expected:
-            problems.append(f"broker holds {held} records, {expected} were sent")
-        ranges: list[dict[int, tuple[int, int]]] = [
-            {p: (low, min(high, low + SAMPLE)) for p, (low, high) in marks.items()},
-            {p: (max(low, high - SAMPLE), high) for p, (low, high) in marks.items()},
-        ]
-        sampled = 0
-        for wanted in ranges:
-            sampled += _check_range(consumer, topic, wanted, value_size, key_size,
-                                    problems, timeout)
-        return Verification(ok=not problems, held=held, expected=expected,
-                            sampled=sampled, problems=problems)
-    finally:
-        consumer.close()
-
-
-def _check_range(consumer: Any, topic: str, wanted: dict[int, tuple[int, int]],
-                 value_size: int, key_size: int, problems: list[str], timeout: float) -> int:
-    return _check_ranges(consumer, {(topic, p): r for p, r in wanted.items()},
-                         value_size, key_size, problems, timeout)
+    records from each end of every partition and check their key and value sizes
+    (:func:`verify_topics` for one topic)."""
+    return verify_topics(bootstrap, {topic: expected}, partitions, value_size, key_size,
+                         timeout=timeout)
 
 
 def _check_ranges(consumer: Any, wanted: dict[tuple[str, int], tuple[int, int]],
@@ -194,6 +167,10 @@ class SweepVerification(Verification):
     """Partitions (of all topics) holding at least one record."""
     per_end: int = 0
     """Records read back from each end of each partition."""
+
+    def summary(self) -> dict[str, Any]:
+        return {**super().summary(), "per_end": self.per_end,
+                "partitions_used": self.partitions_used}
 
 
 def verify_topics(bootstrap: str, expected: dict[str, int], partitions: int,

@@ -56,12 +56,21 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import CONCURRENT, THROUGHPUT, Client, RunArgs, topic_counts, topic_names
-from bench.report import EN_DASH, FAILED, OK, SKIPPED, TIMES
+from bench.harness import (
+    CLIENT_FAMILY,
+    broker,
+    git_commit,
+    host_description,
+    judge,
+    loadavg,
+    run_child,
+    safe_name,
+    select_clients,
+)
+from bench.report import EN_DASH, FAILED, OK, PEER, SKIPPED, num, ratio
 
 CURVE_CLIENTS = ("aioproducer", "aiokafka", "confluent-kafka")
 """The rows drawn when ``--client`` is not given."""
-PEER = "confluent-kafka"
-"""The ratios' denominator."""
 DEFAULT_RECORDS = 200_000
 DEFAULT_BYTES = 256 << 20
 KEY_SIZE = 16
@@ -170,10 +179,6 @@ def x_label(axis: str, x: int) -> str:
 # -- running ---------------------------------------------------------------------------
 
 
-def _safe(name: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
-
-
 def run_timeout(pt: Point, explicit: float | None) -> float:
     """A run still going then is killed (FAILED): generous for every client here."""
     if explicit:
@@ -192,9 +197,8 @@ def curve_run(admin: Any, bootstrap: str, pt: Point, client: Client, rep: int,
               records: int, args: argparse.Namespace) -> dict[str, Any]:
     """One runner process on fresh topics, then the read-back."""
     from bench.broker import verify_topics
-    from bench.run import run_child
 
-    base = f"curve-{pt.axis}-{pt.x}-{_safe(client.name)}-r{rep}-{uuid.uuid4().hex[:8]}"
+    base = f"curve-{pt.axis}-{pt.x}-{safe_name(client.name)}-r{rep}-{uuid.uuid4().hex[:8]}"
     timeout = run_timeout(pt, args.run_timeout)
     run_args = RunArgs(
         bootstrap=bootstrap, topic=base, records=records, value_size=pt.value_size,
@@ -221,26 +225,10 @@ def curve_run(admin: Any, bootstrap: str, pt: Point, client: Client, rep: int,
         time.sleep(settle_seconds(pt))
         result, stderr_tail = run_child(client, run_args, timeout)
         record["wall_s"] = round(time.monotonic() - t0, 3)
-        record["result"] = result
-        if "skipped" in result:
-            record.update(status=SKIPPED, reason=result["skipped"])
-            return record
-        if not result.get("ok"):
-            record.update(status=FAILED, reason=result.get("error") or "the run failed",
-                          stderr_tail=stderr_tail)
-            return record
         expected = dict(zip(names, topic_counts(records, len(names)), strict=True))
-        v = verify_topics(bootstrap, expected, pt.partitions, pt.value_size, pt.key_size,
-                          every_partition=pt.every_partition and records == pt.records)
-        record["verification"] = {"ok": v.ok, "held": v.held, "expected": v.expected,
-                                  "sampled": v.sampled, "per_end": v.per_end,
-                                  "partitions_used": v.partitions_used,
-                                  "problems": v.problems[:20]}
-        if v.ok:
-            record.update(status=OK, reason="")
-        else:
-            record.update(status=FAILED, reason="verification: " + v.describe())
-        return record
+        return judge(record, result, stderr_tail, lambda: verify_topics(
+            bootstrap, expected, pt.partitions, pt.value_size, pt.key_size,
+            every_partition=pt.every_partition and records == pt.records))
     except Exception as e:
         record.update(status=FAILED, reason=f"{type(e).__name__}: {e}")
         record.setdefault("result", {})
@@ -283,15 +271,6 @@ def select_axes(names: Sequence[str], points: str | None) -> list[tuple[Axis, tu
 
 def run_curves(args: argparse.Namespace, argv: Sequence[str]) -> int:
     """``python -m bench --curves ...`` (``args`` from :func:`bench.run.parse_args`)."""
-    from bench.run import (
-        CLIENT_FAMILY,
-        _loadavg,
-        broker,
-        git_commit,
-        host_description,
-        select_clients,
-    )
-
     try:
         import matplotlib  # noqa: F401  # the plots need it; fail before the long run
     except ImportError:
@@ -307,7 +286,7 @@ def run_curves(args: argparse.Namespace, argv: Sequence[str]) -> int:
     points: dict[str, list[Point]] = {}
     started = datetime.now(timezone.utc)
     t_start = time.monotonic()
-    load_before = _loadavg()
+    load_before = loadavg()
     commit = git_commit()
     out_of_time = False
     from bench.broker import Admin
@@ -367,7 +346,7 @@ def run_curves(args: argparse.Namespace, argv: Sequence[str]) -> int:
         "python": f"{platform.python_implementation()} {platform.python_version()}",
         "broker": broker_desc,
         "client versions": ", ".join(f"{k} {v}" for k, v in sorted(versions.items())) or "—",
-        "load average (1 min) before / after": f"{load_before} / {_loadavg()} "
+        "load average (1 min) before / after": f"{load_before} / {loadavg()} "
                                                  f"on {os.cpu_count()} CPUs",
         "repetitions": reps,
         "warm-up": ("none" if args.no_warmup else "one unmeasured run per client and "
@@ -437,20 +416,6 @@ def cells(raw: dict[str, Any]) -> dict[tuple[str, int, str], Cell]:
         if (c := cpu_us(r)) is not None:
             cell.cpu.append(c)
     return out
-
-
-def _num(v: float) -> str:
-    if v >= 1000:
-        return f"{v:,.0f}"
-    if v >= 100:
-        return f"{v:.0f}"
-    if v >= 10:
-        return f"{v:.1f}"
-    return f"{v:.2f}"
-
-
-def _ratio(a: float | None, b: float | None) -> str:
-    return "—" if a is None or b is None or b == 0 else f"{a / b:.2f}{TIMES}"
 
 
 # -- the plots -------------------------------------------------------------------------
@@ -559,7 +524,7 @@ def axis_table(raw: dict[str, Any], axis: Axis, xs: Sequence[int]) -> list[str]:
                 row.append(f"FAILED ({cell.runs - cell.ok} of {cell.runs})")
                 continue
             r, u = cell.med("rps"), cell.med("cpu")
-            text = f"{_num(r) if r is not None else '—'}, {_num(u) if u is not None else '—'}"
+            text = f"{num(r) if r is not None else '—'}, {num(u) if u is not None else '—'}"
             if cell.ok < cell.runs:
                 text += f" ({cell.runs - cell.ok} of {cell.runs} FAILED)"
             row.append(text)
@@ -570,8 +535,8 @@ def axis_table(raw: dict[str, Any], axis: Axis, xs: Sequence[int]) -> list[str]:
                 if cell is None or peer is None:
                     row.append("—")
                     continue
-                row.append(f"{_ratio(cell.med('rps'), peer.med('rps'))}, "
-                           f"{_ratio(cell.med('cpu'), peer.med('cpu'))}")
+                row.append(f"{ratio(cell.med('rps'), peer.med('rps'))}, "
+                           f"{ratio(cell.med('cpu'), peer.med('cpu'))}")
         lines.append("| " + " | ".join(row) + " |")
     return lines
 

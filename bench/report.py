@@ -63,7 +63,8 @@ def _median(runs: Sequence[Row], get: Getter) -> float | None:
     return statistics.median(vals) if vals else None
 
 
-def _num(v: float) -> str:
+def num(v: float) -> str:
+    """A number as the tables print it: thousands grouped, 3 significant digits below."""
     if v >= 1000:
         return f"{v:,.0f}"
     if v >= 100:
@@ -78,11 +79,11 @@ def _cell(runs: Sequence[Row], get: Getter, spread: bool = True,
     vals = _values(runs, get)
     if not vals:
         return "—"
-    med = _num(statistics.median(vals))
+    med = num(statistics.median(vals))
     mark = f" {WARN}" if flagged else ""
     if not spread or len(vals) < 2:
         return med + mark
-    return f"{med} ({_num(min(vals))}{EN_DASH}{_num(max(vals))}){mark}"
+    return f"{med} ({num(min(vals))}{EN_DASH}{num(max(vals))}){mark}"
 
 
 def _strays(runs: Sequence[Row], get: Getter) -> list[tuple[Row, float, float]]:
@@ -110,7 +111,7 @@ def _flagged_columns(scenario: Scenario) -> list[tuple[str, Getter]]:
     return cols
 
 
-def _ratio(ours: float | None, peer: float | None) -> str:
+def ratio(ours: float | None, peer: float | None) -> str:
     if ours is None or peer is None or peer == 0:
         return "—"
     return f"{ours / peer:.2f}{TIMES}"
@@ -167,14 +168,14 @@ def scenario_table(scenario: Scenario, runs: Sequence[Row], client_order: Sequen
             continue
         cpu, whole = _cpu_for_ratio(ok)
         ref_cpu = ref_cpu_proc if whole else ref_cpu_loop
-        cpu_ratio = _ratio(ref_cpu, cpu) + (" †" if whole and ref_ok else "")
+        cpu_ratio = ratio(ref_cpu, cpu) + (" †" if whole and ref_ok else "")
         footnote = footnote or (whole and bool(ref_ok))
         flags: set[str] = set()
         for name, get in _flagged_columns(scenario):
             for r, v, med in _strays(ok, get):
                 flags.add(name)
-                strays.append(f"- {client}, repetition {r['rep']}: {name} {_num(v)} "
-                              f"against a median of {_num(med)} "
+                strays.append(f"- {client}, repetition {r['rep']}: {name} {num(v)} "
+                              f"against a median of {num(med)} "
                               f"({(v - med) / med * 100:+.0f} %)")
         lines.append(
             f"| {client} | {runs_cell} "
@@ -184,8 +185,8 @@ def scenario_table(scenario: Scenario, runs: Sequence[Row], client_order: Sequen
             f"| {_cell(ok, CPU_PROCESS)} | {_cell(ok, RSS_MIB, False)} "
             f"| {_cell(ok, P50, False, flagged='p50 ms' in flags)} "
             f"| {_cell(ok, P99, flagged='p99 ms' in flags)} "
-            f"| {_ratio(ref_rps, _median(ok, RECORDS_PER_S))} | {cpu_ratio} "
-            f"| {_ratio(ref_p99, _median(ok, P99))} |"
+            f"| {ratio(ref_rps, _median(ok, RECORDS_PER_S))} | {cpu_ratio} "
+            f"| {ratio(ref_p99, _median(ok, P99))} |"
         )
     lines.append("")
     if footnote:
@@ -241,7 +242,7 @@ def _ratio_target(m: _Medians, target: str, scenario: str, ours: str, peer: str,
         return Verdict(target, scenario, "—", UNMEASURED)
     r = a / b
     return Verdict(target, scenario,
-                   f"{_num(a)} ÷ {_num(b)} rec/s = {r:.2f}{TIMES} (target ≥ {at_least:g}{TIMES})",
+                   f"{num(a)} ÷ {num(b)} rec/s = {r:.2f}{TIMES} (target ≥ {at_least:g}{TIMES})",
                    HOLDS if r >= at_least else FAILS)
 
 
@@ -254,7 +255,7 @@ def _rate_and_ratio(m: _Medians, target: str, scenario: str, floor: float,
     r = a / b
     ok = a >= floor and r >= at_least
     return Verdict(target, scenario,
-                   f"{_num(a)} rec/s (target ≥ {_num(floor)}), {r:.2f}{TIMES} {PEER} "
+                   f"{num(a)} rec/s (target ≥ {num(floor)}), {r:.2f}{TIMES} {PEER} "
                    f"(target ≥ {at_least:g}{TIMES})", HOLDS if ok else FAILS)
 
 
@@ -287,7 +288,7 @@ def evaluate_targets(runs: Sequence[Row]) -> list[Verdict]:
         if a is None or b is None:
             missing = True
             continue
-        cells.append(f"{name} {_num(a)} against {_num(b)} ms ({a / b:.2f}{TIMES})")
+        cells.append(f"{name} {num(a)} against {num(b)} ms ({a / b:.2f}{TIMES})")
         ok = ok and a <= b
     out.append(Verdict(f"`send_and_wait`, linger 0 for every client: p50 and p99 ≤ {PEER}'s",
                        sc, ", ".join(cells) or "—",
@@ -295,15 +296,15 @@ def evaluate_targets(runs: Sequence[Row]) -> list[Verdict]:
     sc = "send-and-wait-defaults"
     a = m.median(sc, REFERENCE, P50)
     b = m.median(sc, PEER, P50)
-    peer = f"; {PEER} {_num(b)} ms" if b is not None else ""
+    peer = f"; {PEER} {num(b)} ms" if b is not None else ""
     out.append(Verdict("`send_and_wait`, every client at its defaults: p50 ≤ 0.5 ms", sc,
-                       "—" if a is None else f"p50 {_num(a)} ms{peer}",
+                       "—" if a is None else f"p50 {num(a)} ms{peer}",
                        UNMEASURED if a is None else (HOLDS if a <= 0.5 else FAILS)))
     sc = "paced-10k"
     p99s = _values(m.runs(sc, REFERENCE), P99)
     out.append(Verdict("paced 10 k/s, linger 0: p99 ≤ 1.0 ms in every rep", sc,
                        "—" if not p99s else
-                       "p99 per rep: " + ", ".join(f"{_num(v)} ms" for v in p99s),
+                       "p99 per rep: " + ", ".join(f"{num(v)} ms" for v in p99s),
                        UNMEASURED if not p99s else
                        (HOLDS if max(p99s) <= 1.0 else FAILS)))
     cells, ok = [], True
@@ -327,7 +328,7 @@ def evaluate_targets(runs: Sequence[Row]) -> list[Verdict]:
     limit = BUFFER_MEMORY_MIB + 40
     out.append(Verdict(f"RSS ≤ `buffer_memory` + 40 MiB ({limit:.0f} MiB) in every scenario",
                        "all", "—" if worst is None else
-                       f"largest peak {_num(worst[0])} MiB ({worst[2]}, {worst[1]})",
+                       f"largest peak {num(worst[0])} MiB ({worst[2]}, {worst[1]})",
                        UNMEASURED if worst is None else
                        (HOLDS if worst[0] <= limit else FAILS)))
     return out

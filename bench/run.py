@@ -9,19 +9,12 @@ fails that is reported as FAILED, never as a number.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fnmatch
 import json
 import os
 import platform
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -37,9 +30,20 @@ from bench.common import (
     RunArgs,
     Scenario,
 )
+from bench.curves import run_curves
+from bench.harness import (
+    CLIENT_FAMILY,
+    broker,
+    git_commit,
+    host_description,
+    judge,
+    loadavg,
+    run_child,
+    safe_name,
+    select_clients,
+)
 from bench.report import FAILED, NA, OK, SKIPPED, render
 
-ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 
 
@@ -125,16 +129,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def select_clients(patterns: list[str]) -> list[Client]:
-    if not patterns:
-        return list(CLIENTS)
-    chosen = [c for c in CLIENTS if any(fnmatch.fnmatchcase(c.name, pat) for pat in patterns)]
-    if not chosen:
-        raise SystemExit(f"no client matches {patterns}; clients: "
-                         + ", ".join(c.name for c in CLIENTS))
-    return chosen
-
-
 def records_for(sc: Scenario, args: argparse.Namespace) -> int:
     if sc.mode == SEND_AND_WAIT:
         return int(args.sync_records)
@@ -170,71 +164,8 @@ def kafka_libs(explicit: str | None) -> tuple[str | None, str]:
         return None, f"no Kafka jars ({type(e).__name__}: {e}); pass --kafka-libs DIR"
 
 
-@contextlib.contextmanager
-def broker(bootstrap: str | None) -> Iterator[tuple[str, str]]:
-    """An existing broker, or a single-node one started (and stopped) for this run."""
-    if bootstrap:
-        yield bootstrap, f"existing broker at {bootstrap}"
-        return
-    try:
-        from aioproducer.devbroker import LocalKafka
-    except Exception as e:
-        raise SystemExit(
-            f"bench: cannot start a local broker ({type(e).__name__}: {e}); "
-            "pass --bootstrap host:port or set AIOPRODUCER_BOOTSTRAP") from None
-    state = Path(tempfile.mkdtemp(prefix="aioproducer-bench-broker-"))
-    kafka = LocalKafka(state, nodes=1)
-    try:
-        kafka.start()
-        print(f"bench: started a local broker at {kafka.bootstrap}", file=sys.stderr)
-        yield kafka.bootstrap, "local single-node broker (aioproducer.devbroker)"
-    finally:
-        kafka.stop()
-        shutil.rmtree(state, ignore_errors=True)
-
-
-def run_child(client: Client, run_args: RunArgs, timeout: float) -> tuple[dict[str, Any], str]:
-    """Start one runner process; return its JSON result and the tail of its stderr."""
-    cmd = [sys.executable, "-m", f"bench.client_{client.module}",
-           "--json-args", run_args.to_json()]
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                cwd=ROOT, env=env, start_new_session=True)
-        try:
-            proc.wait(timeout)
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            # The runner leads its own session: end it and whatever it started.
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            timed_out = True
-        out.seek(0)
-        err.seek(0)
-        stdout, stderr = out.read(), err.read()
-    tail = stderr.strip()[-1500:]
-    if timed_out:
-        return {"ok": False, "error": f"killed after the run timeout of {timeout:.0f} s"}, tail
-    result: dict[str, Any] | None = None
-    for line in stdout.splitlines():
-        line = line.strip()
-        if line.startswith("{"):
-            with contextlib.suppress(json.JSONDecodeError):
-                result = json.loads(line)
-    if result is None:
-        return {"ok": False, "error": f"exit code {proc.returncode}, no result line; "
-                                      f"stderr: {tail[-400:]}"}, tail
-    if proc.returncode != 0 and result.get("ok"):
-        result["ok"] = False
-        result["error"] = f"exit code {proc.returncode}"
-    return result, tail
-
-
 def topic_name(scenario: str, client: str, rep: int) -> str:
-    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in client)
-    return f"bench-{scenario}-{safe}-r{rep}-{uuid.uuid4().hex[:8]}"
+    return f"bench-{scenario}-{safe_name(client)}-r{rep}-{uuid.uuid4().hex[:8]}"
 
 
 def one_run(admin: Any, bootstrap: str, sc: Scenario, client: Client, rep: int,
@@ -260,22 +191,8 @@ def one_run(admin: Any, bootstrap: str, sc: Scenario, client: Client, rep: int,
     try:
         result, stderr_tail = run_child(client, run_args, timeout)
         record["wall_s"] = round(time.monotonic() - t0, 3)
-        record["result"] = result
-        if "skipped" in result:
-            record.update(status=SKIPPED, reason=result["skipped"])
-            return record
-        if not result.get("ok"):
-            record.update(status=FAILED, reason=result.get("error") or "the run failed",
-                          stderr_tail=stderr_tail)
-            return record
-        v = verify_topic(bootstrap, topic, sc.partitions, n, sc.value_size, sc.key_size)
-        record["verification"] = {"ok": v.ok, "held": v.held, "expected": v.expected,
-                                  "sampled": v.sampled, "problems": v.problems[:20]}
-        if v.ok:
-            record.update(status=OK, reason="")
-        else:
-            record.update(status=FAILED, reason="verification: " + v.describe())
-        return record
+        return judge(record, result, stderr_tail, lambda: verify_topic(
+            bootstrap, topic, sc.partitions, n, sc.value_size, sc.key_size))
     finally:
         if not args.keep_topics:
             admin.delete_topic(topic)
@@ -291,21 +208,6 @@ def warmup_records(sc: Scenario, n: int) -> int:
     return min(n, 200)
 
 
-def git_commit() -> str:
-    """``git rev-parse --short HEAD``, with "+ uncommitted changes" when the package
-    or the bench differ from it; "?" outside a git checkout."""
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                              capture_output=True, text=True, timeout=10, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "aioproducer",
-                                "bench", "setup.py"], cwd=ROOT, capture_output=True,
-                               text=True, timeout=10, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return "?"
-    commit = head.stdout.strip()
-    return commit + (" + uncommitted changes" if dirty.stdout.strip() else "")
-
-
 def _summary(record: dict[str, Any]) -> str:
     if record["status"] != OK:
         return f"{record['status']}: {record['reason']}"
@@ -316,28 +218,9 @@ def _summary(record: dict[str, Any]) -> str:
             f"p99 {p99s}, verified ({record['verification']['held']} records)")
 
 
-def _loadavg() -> str:
-    try:
-        return f"{os.getloadavg()[0]:.2f}"
-    except OSError:
-        return "?"
-
-
-def host_description() -> str:
-    model = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    return f"{model}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}"
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.curves:
-        from bench.curves import run_curves
-
         return run_curves(args, argv if argv is not None else sys.argv[1:])
     if args.reps is None:
         args.reps = 3
@@ -370,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     warmups: list[dict[str, Any]] = []
     records_by_scenario = {sc.name: records_for(sc, args) for sc in scenarios}
     started = datetime.now(timezone.utc)
-    load_before = _loadavg()
+    load_before = loadavg()
     with broker(args.bootstrap) as (bootstrap, broker_desc):
         admin = Admin(bootstrap)
         for sc in scenarios:
@@ -431,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         "python": f"{platform.python_implementation()} {platform.python_version()}",
         "broker": broker_desc,
         "client versions": ", ".join(f"{k} {v}" for k, v in sorted(versions.items())) or "—",
-        "load average (1 min) before / after": f"{load_before} / {_loadavg()} "
+        "load average (1 min) before / after": f"{load_before} / {loadavg()} "
                                                  f"on {os.cpu_count()} CPUs",
         "repetitions": args.reps,
         "warm-up": ("none" if args.no_warmup else "one unmeasured run per client and "
@@ -452,5 +335,3 @@ def main(argv: list[str] | None = None) -> int:
     failed = sum(1 for r in runs if r["status"] == FAILED)
     return 1 if failed else 0
 
-
-CLIENT_FAMILY = {c.name: c.family for c in CLIENTS}

@@ -30,7 +30,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from bench.run import DEFAULT_OUT, broker, host_description
+from bench.harness import broker, host_description
+from bench.run import DEFAULT_OUT
 
 SINK, SINK_128K = "spark-kafka-sink", "spark-kafka-sink@128KiB"
 EXECUTORS, DRIVER = "aioproducer-executors", "aioproducer-driver"

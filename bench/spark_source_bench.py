@@ -36,7 +36,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from bench.run import broker
+from bench.harness import broker
 
 FORMATS = ("aioproducer", "kafka")
 

@@ -1,5 +1,6 @@
 """``python -m bench --curves``: a tiny sweep on the test broker, and the page and plots
-drawn again from its JSON.
+drawn from a made-up JSON (no broker): a FAILED run is in no number, and the ratios
+divide the medians.
 
 The full curves are a long bench run (docs/performance.md); this checks that the
 harness runs every client at every point, reads every run back, never turns a FAILED
@@ -8,7 +9,6 @@ run into a number, and writes valid PNGs and the Markdown block.
 
 from __future__ import annotations
 
-import importlib
 import json
 import subprocess
 import sys
@@ -21,14 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def _bench(name: str) -> Any:
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
-    return importlib.import_module(name)
-
-
 def test_curves_two_axes_two_clients_verified(kafka_bootstrap: str, tmp_path: Path) -> None:
-    pytest.importorskip("matplotlib")
     page = tmp_path / "page.md"
     page.write_text("# before\n\n<!-- bench-curves:begin -->\nold\n"
                     "<!-- bench-curves:end -->\n\nafter\n")
@@ -77,3 +70,38 @@ def test_curves_two_axes_two_clients_verified(kafka_bootstrap: str, tmp_path: Pa
         in text
     assert "FAILED" not in text
     assert text.count("| 16 | 3,000 |") == 1
+
+
+def test_curves_page_shows_failed_runs_as_failed(tmp_path: Path) -> None:
+    from bench import curves
+    from bench.report import TIMES as times
+
+    good = {"ok": True, "records": 1000, "records_per_s": 5000.0, "cpu_loop_s": 0.002}
+    runs = [
+        {"axis": "callers", "x": 1, "client": "aioproducer", "rep": 1, "status": "ok",
+         "reason": "", "result": good},
+        {"axis": "callers", "x": 1, "client": "confluent-kafka", "rep": 1, "status": "ok",
+         "reason": "", "result": dict(good, records_per_s=2500.0, cpu_loop_s=0.004)},
+        {"axis": "callers", "x": 10, "client": "aioproducer", "rep": 1, "status": "FAILED",
+         "reason": "verification: 999 of 1000 read back",
+         "result": dict(good, records_per_s=999_999.0)},
+        {"axis": "callers", "x": 10, "client": "confluent-kafka", "rep": 1, "status": "ok",
+         "reason": "", "result": good},
+    ]
+    raw = {"meta": {"date": "2026-11-27 00:00 UTC", "commit": "abc1234", "repetitions": 1},
+           "clients": ["aioproducer", "confluent-kafka"], "axes": {"callers": [1, 10]},
+           "points": {"callers": [{"x": 1, "records": 1000}, {"x": 10, "records": 1000}]},
+           "runs": runs}
+    curves.write_outputs(raw, tmp_path, tmp_path, None)
+    md = (tmp_path / "curves.md").read_text()
+    rows = {line.split("|")[1].strip(): line for line in md.splitlines()
+            if line.startswith("| 1 ") or line.startswith("| 10 ")}
+    # Point 1: 5,000 against 2,500 records/s and 2 against 4 µs: 2.00x and 0.50x.
+    assert "5,000, 2.00" in rows["1"] and f"2.00{times}, 0.50{times}" in rows["1"]
+    # Point 10: the failed run is in no number, and the ratio has nothing to divide.
+    assert "999,999" not in md
+    assert "FAILED (1 of 1)" in rows["10"]
+    assert "verification: 999 of 1000 read back" in md
+    assert (tmp_path / "curves-callers.png").read_bytes()[:8] == PNG_MAGIC
+    with pytest.raises(ValueError):
+        curves.embed("no markers here\n", md)
