@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from aioproducer.devbroker.spark_cluster import LocalSpark, iter_pids
-from bench.spark_cluster_bench import Driver, Offsets, create_topic, delete_topic
+from bench.spark_driver import Driver, Offsets, create_topic, delete_topic
 
 _TICK = os.sysconf("SC_CLK_TCK")
 

@@ -3,7 +3,7 @@
 ``spark-connect`` jar run by ``spark-submit``, ``local[2]``), and a client process with
 no JVM of its own (``pyspark[connect]``, ``SparkSession.builder.remote``), as on
 Databricks serverless and every Spark Connect deployment. The client runs in a child
-process (``bench.spark_cluster_bench``'s driver): the suite's classic local session
+process (``bench.spark_driver``): the suite's classic local session
 lives in this one. What Kafka holds is read back with confluent-kafka.
 """
 
@@ -24,7 +24,7 @@ from aioproducer.devbroker.spark_cluster import (
     SparkConnectServer,
     _descendants,
 )
-from bench.spark_cluster_bench import Driver, count, read_values
+from bench.spark_driver import Driver, count, read_values
 
 
 @pytest.fixture(scope="module")

@@ -151,6 +151,14 @@ def test_the_package_has_no_import_cycle() -> None:
     assert not found, "\n\n".join(_describe(c, graph, where) for c in found)
 
 
+def test_the_bench_and_the_soaks_have_no_import_cycle() -> None:
+    """bench/ and soak/ too: their harnesses, runners and studies import downward."""
+    for tree in ("bench", "soak"):
+        graph, where = import_graph(PACKAGE.parent / tree)
+        found = cycles(graph)
+        assert not found, "\n\n".join(_describe(c, graph, where) for c in found)
+
+
 def test_the_check_sees_a_cycle_closed_inside_a_function(tmp_path: Path) -> None:
     """The same check on a small package: a loop closed by an import inside a function
     is found, one through ``if TYPE_CHECKING:`` is not."""
