@@ -449,11 +449,10 @@ class RecordAccumulator:
         batch held, at least :data:`MIN_BATCH_TARGET` (also before its linger, while
         sends wait for memory: the drain then takes every batch at once). A partition
         that gets a few records per linger then holds a block of its size, not
-        ``batch_size``: with
-        thousands of such partitions, ``batch_size`` blocks of a record or two each
-        fill ``buffer_memory`` and every send waits for memory (Java's producer has
-        that limit; librdkafka, which buffers per record, has not). One taken
-        earlier, along with a full batch of another partition of the same node (the
+        ``batch_size``: with thousands of such partitions, ``batch_size`` blocks of a
+        record or two each fill ``buffer_memory`` and every send waits for memory
+        (Java's producer has that limit; librdkafka, which buffers per record, has
+        not). One taken earlier, along with a full batch of another partition of the same node (the
         drain takes every partition's first batch), says nothing about its rate and
         leaves the target as it is. Bigger batches mean fewer Produce requests for the
         same records, which is where a busy partition's time goes.
@@ -474,7 +473,7 @@ class RecordAccumulator:
             cap = self.growth_caps.get(tp[0])
             if cap is None:
                 self.learn_growth_cap(tp[0])
-            elif target < cap and self.pool.available_memory * 2 >= self.pool.total_memory:
+            elif target < cap and not self._memory_short():
                 self.batch_targets[tp] = min(target * 2, cap)
             return
         starved = self.memory.waiters > 0
@@ -489,12 +488,16 @@ class RecordAccumulator:
                 else:
                     self.batch_targets[tp] = target
         elif used * 4 <= target and target > MIN_BATCH_TARGET and (
-                starved or self.pool.available_memory * 2 < self.pool.total_memory):
+                starved or self._memory_short()):
             small = MIN_BATCH_TARGET
             while small < used * 2:
                 small *= 2
             if small < target:
                 self.batch_targets[tp] = small
+
+    def _memory_short(self) -> bool:
+        """More than half of ``buffer_memory`` is in use."""
+        return self.pool.available_memory * 2 < self.pool.total_memory
 
     def batch_closed(self, batch: ProducerBatch) -> None:
         """Learn the topic's compression ratio from a batch that was just closed."""
@@ -660,6 +663,20 @@ class RecordAccumulator:
         heads = [dq[0].created for dq in self.batches.values() if dq]
         return min(heads) if heads else None
 
+    def _send_now(self) -> bool:
+        """Every queued batch is sendable, lingering or not: sends wait for memory,
+        or the producer flushes or closes."""
+        return self.memory.waiters > 0 or self.closing or self.flushes_in_progress > 0
+
+    def lingers(self, batch: ProducerBatch) -> bool:
+        """Whether ``batch``, just opened, only waits for ``linger_ms``: it is its
+        partition's one queued batch (none before it became full), not full itself,
+        and nothing makes queued batches sendable at once (see :meth:`ready`). A
+        Sender pass before its linger ends finds nothing new to send."""
+        dq = self.batches.get(batch.tp)
+        return (not batch.full and dq is not None and len(dq) == 1
+                and not self._send_now())
+
     def ready(self, cluster: Cluster, now: float, muted: AbstractSet[TopicPartition],
               flying: Mapping[TopicPartition, Sized] | None = None) -> ReadyResult:
         """Leaders that have at least one sendable batch, and when to look again.
@@ -669,8 +686,7 @@ class RecordAccumulator:
         :func:`_held`); the response wakes the Sender.
         """
         res = ReadyResult()
-        exhausted = self.memory.waiters > 0
-        send_now = exhausted or self.closing or self.flushes_in_progress > 0
+        send_now = self._send_now()
         hurried = self.hurried
         # Kept for topic_backlog(), which the partitioner asks when it moves a sticky
         # partition (adaptive partitioning, KIP-794).

@@ -118,7 +118,6 @@ class Producer:
         self._topic_serializers = needs_topic(c.key_serializer) or needs_topic(
             c.value_serializer)
         self._linger_zero = c.linger_ms == 0
-        self._linger_s = c.linger_ms / 1000.0
         self._interceptors = InterceptorChain(c.interceptors)
         self._fast = self._partitioner.fast and c.key_serializer is None \
             and c.value_serializer is None and not self._interceptors
@@ -606,17 +605,13 @@ class Producer:
                 # failure) wakes the Sender as this batch is queued; a pass now would
                 # find nothing to do, at the cost of a turn of the loop and a timer.
                 return
-        elif self._txn is None and not batch.full and sender.looks_within(self._linger_s):
-            # It lingers, and the Sender looks again before its linger ends (a pass is
-            # due, or its timer fires by then), and nothing else became sendable: the
-            # partition had no other batch queued (one now full), no flush or memory
-            # waiter hurries it. A pass now would find nothing to send, and with
-            # thousands of partitions each pass walks them all.
-            acc = self._accumulator
-            dq = acc.batches.get(batch.tp)
-            if dq is not None and len(dq) == 1 and not acc.flushes_in_progress \
-                    and not acc.memory.waiters and not acc.closing:
-                return
+        elif self._txn is None and self._accumulator.lingers(batch) \
+                and sender.looks_within(self._accumulator.linger):
+            # It only lingers, and the Sender looks again before its linger ends (a
+            # pass is due, or its timer fires by then): a pass now would find nothing
+            # to send, and with thousands of partitions each pass walks them all. (In
+            # a transaction the pass also adds the new partition: it runs at once.)
+            return
         sender.wakeup()
 
     # -- observability -----------------------------------------------------------

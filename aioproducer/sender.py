@@ -72,7 +72,6 @@ _METADATA_ERRORS = frozenset({
     int(ErrorCode.inconsistent_topic_id),
 })
 _DUPLICATE_SEQUENCE = int(ErrorCode.duplicate_sequence_number)
-
 SLOW_PASS_S = 0.001
 """A Sender pass that took more CPU than this is followed by a quiet time (see
 ``Sender._run``): it happens with thousands of partitions in use."""
@@ -189,9 +188,9 @@ class Sender:
         try:
             cpu = time.thread_time
             while not self._stopped:
-                spent = cpu()
+                started = cpu()
                 delay = self.run_once(time.monotonic())
-                spent = cpu() - spent
+                spent = cpu() - started
                 if spent > SLOW_PASS_S and not self._stopped:
                     # A pass walks every partition with something queued or in flight:
                     # with thousands of them it takes milliseconds, and a pass for each
