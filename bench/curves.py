@@ -44,7 +44,6 @@ import contextlib
 import json
 import math
 import os
-import platform
 import statistics
 import sys
 import time
@@ -57,13 +56,12 @@ from typing import Any
 
 from bench.common import CONCURRENT, THROUGHPUT, Client, RunArgs, topic_counts, topic_names
 from bench.harness import (
-    CLIENT_FAMILY,
     broker,
     git_commit,
-    host_description,
     judge,
     loadavg,
     run_child,
+    run_meta,
     safe_name,
     select_clients,
 )
@@ -333,27 +331,11 @@ def run_curves(args: argparse.Namespace, argv: Sequence[str]) -> int:
                         if rec["status"] == SKIPPED:
                             skipped.add(c.name)
 
-    versions: dict[str, str] = {}
-    for r in runs:
-        v = r.get("result", {}).get("version")
-        if v:
-            versions.setdefault(CLIENT_FAMILY.get(r["client"], r["client"]), v)
-    wall = time.monotonic() - t_start
-    meta = {
-        "date": started.strftime("%Y-%m-%d %H:%M UTC"),
-        "commit": commit,
-        "host": host_description(),
-        "python": f"{platform.python_implementation()} {platform.python_version()}",
-        "broker": broker_desc,
-        "client versions": ", ".join(f"{k} {v}" for k, v in sorted(versions.items())) or "—",
-        "load average (1 min) before / after": f"{load_before} / {loadavg()} "
-                                                 f"on {os.cpu_count()} CPUs",
-        "repetitions": reps,
-        "warm-up": ("none" if args.no_warmup else "one unmeasured run per client and "
-                    "axis, at the axis's first point"),
-        "wall time": f"{wall / 60:.1f} min",
-        "command": "python -m bench " + " ".join(argv),
-    }
+    meta = run_meta(
+        started, commit, broker_desc, runs, load_before, reps,
+        "none" if args.no_warmup else ("one unmeasured run per client and axis, at the "
+                                       "axis's first point"),
+        "python -m bench " + " ".join(argv), wall_s=time.monotonic() - t_start)
     raw = {
         "meta": meta,
         "clients": [c.name for c in clients],

@@ -14,7 +14,8 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -158,3 +159,32 @@ def judge(record: dict[str, Any], result: dict[str, Any], stderr_tail: str,
     else:
         record.update(status=FAILED, reason="verification: " + v.describe())
     return record
+
+
+def run_meta(started: datetime, commit: str, broker_desc: str, runs: Sequence[dict[str, Any]],
+             load_before: str, reps: int, warmup: str, command: str,
+             wall_s: float | None = None) -> dict[str, Any]:
+    """The description a report prints above its tables: when, which commit, the
+    machine, the broker, the client libraries' versions (from the runs), the load
+    before and after, the repetitions and warm-up, how long (if given), the command."""
+    versions: dict[str, str] = {}
+    for r in runs:
+        v = r.get("result", {}).get("version")
+        if v:
+            versions.setdefault(CLIENT_FAMILY.get(r["client"], r["client"]), v)
+    meta: dict[str, Any] = {
+        "date": started.strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": commit,
+        "host": host_description(),
+        "python": f"{platform.python_implementation()} {platform.python_version()}",
+        "broker": broker_desc,
+        "client versions": ", ".join(f"{k} {v}" for k, v in sorted(versions.items())) or "—",
+        "load average (1 min) before / after": f"{load_before} / {loadavg()} "
+                                                 f"on {os.cpu_count()} CPUs",
+        "repetitions": reps,
+        "warm-up": warmup,
+    }
+    if wall_s is not None:
+        meta["wall time"] = f"{wall_s / 60:.1f} min"
+    meta["command"] = command
+    return meta

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 import uuid
@@ -32,13 +31,12 @@ from bench.common import (
 )
 from bench.curves import run_curves
 from bench.harness import (
-    CLIENT_FAMILY,
     broker,
     git_commit,
-    host_description,
     judge,
     loadavg,
     run_child,
+    run_meta,
     safe_name,
     select_clients,
 )
@@ -302,25 +300,11 @@ def main(argv: list[str] | None = None) -> int:
                         # The same reason holds for the remaining repetitions.
                         not_runnable[c.name] = (SKIPPED, record["reason"])
 
-    versions: dict[str, str] = {}
-    for r in runs:
-        v = r.get("result", {}).get("version")
-        if v:
-            versions.setdefault(CLIENT_FAMILY.get(r["client"], r["client"]), v)
-    meta = {
-        "date": started.strftime("%Y-%m-%d %H:%M UTC"),
-        "commit": git_commit(),
-        "host": host_description(),
-        "python": f"{platform.python_implementation()} {platform.python_version()}",
-        "broker": broker_desc,
-        "client versions": ", ".join(f"{k} {v}" for k, v in sorted(versions.items())) or "—",
-        "load average (1 min) before / after": f"{load_before} / {loadavg()} "
-                                                 f"on {os.cpu_count()} CPUs",
-        "repetitions": args.reps,
-        "warm-up": ("none" if args.no_warmup else "one unmeasured run per client and "
-                    "scenario before the repetitions (not in any number)"),
-        "command": "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:]),
-    }
+    meta = run_meta(
+        started, git_commit(), broker_desc, runs, load_before, args.reps,
+        "none" if args.no_warmup else ("one unmeasured run per client and scenario before "
+                                       "the repetitions (not in any number)"),
+        "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:]))
     md = render(meta, scenarios, records_by_scenario, runs, skipped_scenarios,
                 [c.name for c in clients])
     args.out.mkdir(parents=True, exist_ok=True)
