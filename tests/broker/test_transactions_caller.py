@@ -25,6 +25,7 @@ from aioproducer import (
     KafkaError,
     KafkaTimeoutError,
     Producer,
+    ProducerClosedError,
     TransactionAbortableError,
     TransactionOutcomeUnknownError,
 )
@@ -38,6 +39,7 @@ txn_broker = txn_broker_fixture()
 _FIND_COORDINATOR = 10
 _END_TXN = 26
 _PRODUCE = 0
+_ADD_PARTITIONS_TO_TXN = 24
 
 
 @pytest.fixture(scope="module")
@@ -143,6 +145,41 @@ async def test_commit_racing_close_is_all_or_nothing(
     elif not isinstance(outcome, TransactionOutcomeUnknownError):
         assert got == [], f"commit raised {outcome!r} yet the transaction committed"
     assert took < 0.05 + 0.5, took  # bounded by the timeout (plus the clean-up)
+
+
+async def test_commit_waiting_for_add_partitions_gets_the_close_error(
+        txn_broker: TxnBroker, topic_factory: Any) -> None:
+    """commit_transaction() waits for the AddPartitionsToTxn in flight (the fault proxy
+    holds its answer) when close(timeout) runs out and cancels that request: the commit
+    raises close()'s ProducerClosedError, not a CancelledError its caller never asked
+    for, and nothing of the transaction is committed (found by the txn soak)."""
+    if txn_broker.version == 2:
+        pytest.skip("transaction version 2 adds partitions with Produce, not "
+                    "AddPartitionsToTxn")
+    topic = topic_factory()
+    tid = txn_id("add-close")
+    async with ProxyCluster.start(txn_broker.bootstrap) as proxies:
+        p = Producer(bootstrap_servers=proxies.bootstrap, transactional_id=tid)
+        await p.start()
+        try:
+            await p.init_transactions()
+            proxy = proxies.proxy_for_node(next(iter(proxies.proxies)))
+            before = proxy.stats["requests_by_api"].get(_ADD_PARTITIONS_TO_TXN, 0)
+            proxy.delay_responses(_ADD_PARTITIONS_TO_TXN, 2.0, count=1)
+            p.begin_transaction()
+            for i in range(10):
+                await p.send(topic, b"x%d" % i)
+            await proxy.wait_for_requests(_ADD_PARTITIONS_TO_TXN, before + 1, timeout=5)
+            commit = asyncio.ensure_future(p.commit_transaction())
+            for _ in range(20):
+                await asyncio.sleep(0)
+            assert not commit.done()
+        finally:
+            await p.close(timeout=0.05)
+        with pytest.raises(ProducerClosedError):
+            await commit
+    await fence(txn_broker.bootstrap, tid)
+    assert committed_values(txn_broker.bootstrap, topic, 0, prefix=b"x") == []
 
 
 async def test_close_lets_a_commit_in_progress_finish(
