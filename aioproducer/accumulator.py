@@ -814,18 +814,23 @@ class RecordAccumulator:
                 batch_bytes = int(batch.builder.size_in_bytes)
                 if ready and size + batch_bytes > max_request_size:
                     break
-                dq.popleft()
-                if self.hurried and self.hurried.get(tp) is batch:
-                    del self.hurried[tp]
-                if batch.attempts == 0:
-                    self.batch_taken(batch, now)
-                batch.full = True  # closed for appends from now on, even if re-enqueued
+                self.take(batch, now)
                 size += batch_bytes
                 ready.append(batch)
             self._drain_index += 1
             if ready:
                 out[node] = ready
         return out
+
+    def take(self, batch: ProducerBatch, now: float) -> None:
+        """Take ``batch``, the head of its partition's deque, for a request."""
+        tp = batch.tp
+        self.batches[tp].popleft()
+        if self.hurried and self.hurried.get(tp) is batch:
+            del self.hurried[tp]
+        if batch.attempts == 0:
+            self.batch_taken(batch, now)
+        batch.full = True  # closed for appends from now on, even if re-enqueued
 
     def reenqueue(self, batch: ProducerBatch, now: float) -> None:
         """Put a batch back at the head of its deque for a retry, in sequence order."""

@@ -596,8 +596,11 @@ class Producer:
             return
         if self._linger_zero:
             # linger_ms=0: the batch is sendable now; one Sender pass here writes it
-            # without waiting for the Sender task's next turn of the loop.
-            sender.run_once(time.monotonic(), want_delay=False)
+            # without waiting for the Sender task's next turn of the loop: this batch
+            # alone when it can go now (send_new), else a full pass.
+            now = time.monotonic()
+            if not sender.send_new(batch, now):
+                sender.run_once(now, want_delay=False)
             if batch.full:
                 return  # drained and written: nothing left for the Sender task
             if sender.in_flight.get(batch.tp):

@@ -285,6 +285,40 @@ class Sender:
             self.fail_producer(exc)
             return float("inf")
 
+    def send_new(self, batch: ProducerBatch, now: float) -> bool:
+        """Write a batch just opened under linger 0, if it can go out now; False
+        leaves it to a full pass (:meth:`run_once`).
+
+        The lone ``send_and_wait()``'s pass: what a full pass would do for this
+        batch, without walking every partition for the other work a pass does
+        (expiry, held batches, retries due, metadata, transactions), whose own
+        wakeups and timers bring the Sender task to it. It goes out only when it
+        is its partition's one queued batch, nothing of the partition is in
+        flight, its leader's connection takes a request, and neither the producer
+        id nor the metadata needs the Sender first.
+        """
+        if self.fatal_error is not None or self.txn is not None:
+            return False
+        pid = self.pid
+        if pid is not None and (not pid.ready or pid.recovering):
+            return False
+        tp = batch.tp
+        acc = self.acc
+        dq = acc.batches.get(tp)
+        if dq is None or len(dq) != 1 or dq[0] is not batch or self.in_flight.get(tp):
+            return False
+        cluster = self.metadata.cluster
+        node = cluster.leaders.get(tp)
+        if node is None or self.metadata.due_in(now) <= 0 \
+                or not self._node_sendable(node):
+            return False
+        if pid is not None and not self._may_send(batch):
+            return False
+        acc.node_polled(node, now, True)
+        acc.take(batch, now)
+        self._send_produce(node, [batch], cluster, now)
+        return True
+
     def _run_once(self, now: float, want_delay: bool = True) -> float:
         delay = float("inf")
         md_due = self.metadata.due_in(now)

@@ -287,3 +287,84 @@ async def test_a_new_batch_in_the_quiet_time_is_not_left_for_the_old_delay() -> 
         s._sleeper = sleeper
     finally:
         await p.close()
+
+
+async def _appended(p: Parts, value: bytes) -> Any:
+    """Append one record without waking the Sender (as send() under linger 0 does
+    before it calls send_new)."""
+    return await p.accumulator.append(
+        "t", p.info["t"], 0, 1_700_000_000_000, None, value, None, len(value) + 64,
+        sticky=None, max_block_s=5.0)
+
+
+async def _until_pid_ready(p: Parts) -> None:
+    for _ in range(200):
+        if p.pid is None or p.pid.ready:
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("no producer id")
+
+
+async def test_send_new_writes_a_lone_batch_at_once() -> None:
+    """linger 0: send_new() takes the partition's one batch and writes its request in
+    the same call (no pass, no turn of the loop); the answer completes it."""
+    p = parts({"t": 1}, linger_ms=0)
+    try:
+        await _until_pid_ready(p)
+        res = await _appended(p, b"a")
+        loop = asyncio.get_running_loop()
+        assert p.sender.send_new(res.batch, loop.time())
+        assert not p.accumulator.batches[TP]  # taken
+        assert list(p.sender.in_flight[TP]) == [res.batch]
+        assert res.batch.full and res.batch.base_sequence == 0
+        assert p.client.conn.in_flight == 1  # written
+        fut = RecordFuture(res.batch, res.index, 1_700_000_000_000, -1, 1)
+        (meta,) = await settled([fut])
+        assert isinstance(meta, RecordMetadata) and meta.offset == 0
+        assert values_in_log(p) == [0]
+    finally:
+        await p.close()
+
+
+async def test_send_new_leaves_a_batch_behind_one_in_flight_to_the_sender() -> None:
+    """A batch whose partition has a request in flight is held (see accumulator._held):
+    send_new() leaves it queued, and the answer brings the Sender to it; the log keeps
+    the order."""
+    p = parts({"t": 1}, linger_ms=0)
+    try:
+        await _until_pid_ready(p)
+        p.broker.hold(TP)
+        first = await _appended(p, b"a")
+        loop = asyncio.get_running_loop()
+        assert p.sender.send_new(first.batch, loop.time())
+        second = await _appended(p, b"b")
+        assert second.batch is not first.batch
+        assert not p.sender.send_new(second.batch, loop.time())
+        assert list(p.accumulator.batches[TP]) == [second.batch]
+        assert p.broker.requests == 1
+        p.broker.release(TP)
+        futures = [RecordFuture(r.batch, r.index, 1_700_000_000_000, -1, 1)
+                   for r in (first, second)]
+        metas = await settled(futures)
+        assert [m.offset for m in metas] == [0, 1]
+        assert values_in_log(p) == [0, 1]
+    finally:
+        await p.close()
+
+
+async def test_send_new_leaves_the_batch_to_a_pass_while_the_producer_id_is_missing(
+) -> None:
+    """Idempotence: before InitProducerId has answered, the batch is the Sender's
+    (send_new() would have no sequence to give it)."""
+    p = parts({"t": 1}, linger_ms=0)
+    try:
+        assert p.pid is not None and not p.pid.ready  # the Sender task has not run yet
+        res = await _appended(p, b"a")
+        assert not p.sender.send_new(res.batch, asyncio.get_running_loop().time())
+        assert list(p.accumulator.batches[TP]) == [res.batch]
+        p.sender.wakeup()
+        fut = RecordFuture(res.batch, res.index, 1_700_000_000_000, -1, 1)
+        (meta,) = await settled([fut])
+        assert isinstance(meta, RecordMetadata) and values_in_log(p) == [0]
+    finally:
+        await p.close()
