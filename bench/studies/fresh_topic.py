@@ -30,8 +30,12 @@ back in their partition's queue). After each run the high watermarks are read ba
 their sum must equal the records sent and every partition must have some. The topic
 is deleted.
 
-``--trace`` adds, for aioproducer, a time line: when each metadata refresh started
-and ended, and the Produce answers per 100 ms (acknowledged, retriable errors).
+``--trace`` adds the last refusal (the last Produce answer with an error for a
+batch, from the first send) and from it to the last acknowledgement: how long the
+client took to notice that the broker had made the last logs. For aioproducer it
+prints a time line too (metadata refreshes; Produce requests and answers per
+100 ms); for confluent-kafka it turns on ``debug=msg`` and counts the "encountered
+error" lines (their times are when ``poll()`` served them).
 Prints a Markdown table per repetition and one of the medians (min-max); ``--json``
 writes the raw runs.
 """
@@ -42,6 +46,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import random
 import statistics
@@ -123,6 +128,9 @@ async def _run_aioproducer(bootstrap: str, topic: str, keys: list[bytes], value:
     }
     if trace:
         out["timeline"] = [(round(t - t0, 4), what, arg) for t, what, arg in timeline]
+        refused = [t for t, what, arg in timeline if what == "answer" and arg[1] != 0]
+        out["last_refusal_s"] = max(refused) - t0 if refused else None
+        out["refusals"] = len(refused)
     return out
 
 
@@ -167,8 +175,23 @@ def _instrument(producer: Any, timeline: list[tuple[float, str, Any]]) -> None:
     producer.start = start
 
 
+class _Refusals(logging.Handler):
+    """librdkafka's ``debug=msg`` lines for a message set the broker refused (they
+    reach Python in ``poll()``: the times are when poll served them)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+        self.last = 0.0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "encountered error" in record.getMessage():
+            self.count += 1
+            self.last = time.monotonic()
+
+
 def _run_confluent(bootstrap: str, topic: str, keys: list[bytes],
-                   value: bytes) -> dict[str, Any]:
+                   value: bytes, trace: bool) -> dict[str, Any]:
     from confluent_kafka import Producer
 
     first: dict[int, float] = {}
@@ -193,9 +216,17 @@ def _run_confluent(bootstrap: str, topic: str, keys: list[bytes],
     def on_stats(text: str) -> None:
         stats[:] = [json.loads(text)]
 
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
-                         "enable.idempotence": True, "statistics.interval.ms": 100,
-                         "stats_cb": on_stats})
+    conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "acks": "all",
+                            "enable.idempotence": True, "statistics.interval.ms": 100,
+                            "stats_cb": on_stats}
+    refusals = _Refusals()
+    if trace:
+        logger = logging.getLogger("fresh_topic.librdkafka")
+        logger.propagate = False
+        logger.setLevel(logging.DEBUG)
+        logger.addHandler(refusals)
+        conf.update({"debug": "msg", "logger": logger})
+    producer = Producer(conf)
     t0 = time.monotonic()
     produce = producer.produce
     poll = producer.poll
@@ -216,7 +247,10 @@ def _run_confluent(bootstrap: str, topic: str, keys: list[bytes],
         producer.poll(0.05)
     st = stats[0] if stats else {}
     brokers = [b for b in st.get("brokers", {}).values() if b.get("nodeid", -1) >= 0]
+    traced = ({"last_refusal_s": refusals.last - t0 if refusals.count else None,
+               "refusals": refusals.count} if trace else {})
     return {
+        **traced,
         "t0": t0, "send_s": sent - t0, "flush_done_s": done - t0, "unflushed": left,
         "acked": acked[0], "first_ack_s": acked[1] - t0 if acked[0] else None,
         "ack_all_s": acked[2] - t0 if acked[0] else None,
@@ -241,7 +275,7 @@ def _child(client: str, bootstrap: str, records: int, seed: int, trace: bool) ->
     if client == "aioproducer":
         result = asyncio.run(_run_aioproducer(bootstrap, topic, keys, value, trace))
     else:
-        result = _run_confluent(bootstrap, topic, keys, value)
+        result = _run_confluent(bootstrap, topic, keys, value, trace)
     print(json.dumps(result), flush=True)
     return 0
 
@@ -317,6 +351,9 @@ ROWS = [
     ("first_ack (s)", lambda r: r["first_ack_s"]),
     ("partitions' first ack, median (s)", lambda r: _quantile(r["partition_first_ack_s"], 0.5)),
     ("partitions' first ack, p90 (s)", lambda r: _quantile(r["partition_first_ack_s"], 0.9)),
+    ("last refusal (s)", lambda r: r.get("last_refusal_s")),
+    ("last refusal to last ack (s)", lambda r: (r["ack_all_s"] - r["last_refusal_s"]
+                                                if r.get("last_refusal_s") else None)),
     ("sending (s)", lambda r: r["send_s"]),
     ("Produce requests", lambda r: r["produce_requests"]),
     ("Metadata requests", lambda r: r["metadata_requests"]),
@@ -336,7 +373,7 @@ def table(runs: dict[str, dict[str, Any]]) -> str:
 
 def medians(runs: list[dict[str, Any]]) -> str:
     lines = ["| median (min-max) | " + " | ".join(CLIENTS) + " |", "|---|---|---|"]
-    for name, get in ROWS[:7]:
+    for name, get in ROWS[:9]:
         cells = []
         for client in CLIENTS:
             vals = [float(get(r)) for r in runs if r["client"] == client and get(r) is not None]
