@@ -23,10 +23,12 @@ broker has made its log, while the metadata already names its leader.
 Measured per run: ``ack_all``, the first send to the last acknowledgement;
 ``first_ack``, the first send to the first acknowledgement; the partitions' first
 acknowledgements (median and 90th percentile over the partitions); the Produce and
-Metadata requests; the retries (aioproducer: ``record-retry-total`` and
-``metadata-retry-total``, batches retried for stale metadata; confluent-kafka:
-``txretries`` of its statistics, requests retried, which does not count messages put
-back in their partition's queue). After each run the high watermarks are read back:
+Metadata requests; the bytes sent (aioproducer: ``byte-total``, the batches of every
+attempt; confluent-kafka: its brokers' ``txbytes``, every request); the retries
+(aioproducer: ``record-retry-total`` and ``metadata-retry-total``, batches retried
+for stale metadata; confluent-kafka: ``txretries`` of its statistics, requests
+retried, which does not count messages put back in their partition's queue). After
+each run the high watermarks are read back:
 their sum must equal the records sent and every partition must have some. The topic
 is deleted.
 
@@ -121,6 +123,7 @@ async def _run_aioproducer(bootstrap: str, topic: str, keys: list[bytes], value:
         "ack_all_s": acked[2] - t0 if acked[0] else None,
         "partition_first_ack_s": sorted(v - t0 for v in first.values()),
         "produce_requests": int(m["request-total"]),
+        "bytes_sent": int(m["byte-total"]),
         "metadata_requests": md_requests,
         "record_retries": int(m["record-retry-total"]),
         "metadata_retries": int(m["metadata-retry-total"]),
@@ -256,6 +259,7 @@ def _run_confluent(bootstrap: str, topic: str, keys: list[bytes],
         "ack_all_s": acked[2] - t0 if acked[0] else None,
         "partition_first_ack_s": sorted(v - t0 for v in first.values()),
         "produce_requests": sum(b.get("req", {}).get("Produce", 0) for b in brokers),
+        "bytes_sent": sum(b.get("txbytes", 0) for b in brokers),
         "metadata_requests": sum(b.get("req", {}).get("Metadata", 0)
                                  for b in st.get("brokers", {}).values()),
         "request_retries": sum(b.get("txretries", 0) for b in brokers),
@@ -357,6 +361,7 @@ ROWS = [
     ("sending (s)", lambda r: r["send_s"]),
     ("Produce requests", lambda r: r["produce_requests"]),
     ("Metadata requests", lambda r: r["metadata_requests"]),
+    ("MB sent", lambda r: r["bytes_sent"] / 1e6 if "bytes_sent" in r else None),
     ("retries", lambda r: (f"{r['record_retries']} records, {r['metadata_retries']} batches"
                            if "record_retries" in r else f"{r['request_retries']} requests")),
     ("read back", lambda r: (f"{r['held']} in {r['partitions_reached']} partitions"
@@ -373,7 +378,7 @@ def table(runs: dict[str, dict[str, Any]]) -> str:
 
 def medians(runs: list[dict[str, Any]]) -> str:
     lines = ["| median (min-max) | " + " | ".join(CLIENTS) + " |", "|---|---|---|"]
-    for name, get in ROWS[:9]:
+    for name, get in ROWS[:12]:
         cells = []
         for client in CLIENTS:
             vals = [float(get(r)) for r in runs if r["client"] == client and get(r) is not None]
