@@ -23,14 +23,13 @@ broker has made its log, while the metadata already names its leader.
 Measured per run: ``ack_all``, the first send to the last acknowledgement;
 ``first_ack``, the first send to the first acknowledgement; the partitions' first
 acknowledgements (median and 90th percentile over the partitions); the Produce and
-Metadata requests; the bytes sent (aioproducer: ``byte-total``, the batches of every
-attempt; confluent-kafka: its brokers' ``txbytes``, every request); the retries
+Metadata requests; the bytes sent (aioproducer, with ``--trace`` only: the batches of
+every attempt; confluent-kafka: its brokers' ``txbytes``, every request); the retries
 (aioproducer: ``record-retry-total`` and ``metadata-retry-total``, batches retried
 for stale metadata; confluent-kafka: ``txretries`` of its statistics, requests
 retried, which does not count messages put back in their partition's queue). After
-each run the high watermarks are read back:
-their sum must equal the records sent and every partition must have some. The topic
-is deleted.
+each run the high watermarks are read back: their sum must equal the records sent
+and every partition must have some. The topic is deleted.
 
 ``--trace`` adds the last refusal (the last Produce answer with an error for a
 batch, from the first send) and from it to the last acknowledgement: how long the
@@ -123,7 +122,6 @@ async def _run_aioproducer(bootstrap: str, topic: str, keys: list[bytes], value:
         "ack_all_s": acked[2] - t0 if acked[0] else None,
         "partition_first_ack_s": sorted(v - t0 for v in first.values()),
         "produce_requests": int(m["request-total"]),
-        "bytes_sent": int(m["byte-total"]),
         "metadata_requests": md_requests,
         "record_retries": int(m["record-retry-total"]),
         "metadata_retries": int(m["metadata-retry-total"]),
@@ -132,6 +130,7 @@ async def _run_aioproducer(bootstrap: str, topic: str, keys: list[bytes], value:
     if trace:
         out["timeline"] = [(round(t - t0, 4), what, arg) for t, what, arg in timeline]
         refused = [t for t, what, arg in timeline if what == "answer" and arg[1] != 0]
+        out["bytes_sent"] = sum(arg[1] for _t, what, arg in timeline if what == "produce")
         out["last_refusal_s"] = max(refused) - t0 if refused else None
         out["refusals"] = len(refused)
     return out
@@ -169,7 +168,8 @@ def _instrument(producer: Any, timeline: list[tuple[float, str, Any]]) -> None:
             timeline.append((now, "answer", (b.partition, code, b.attempts, nxt)))
 
         def send_produce_(node: int, batches: list[Any], cluster: Any, now: float) -> None:
-            timeline.append((time.monotonic(), "produce", len(batches)))
+            size = sum(b.builder.size_in_bytes for b in batches)
+            timeline.append((time.monotonic(), "produce", (len(batches), size)))
             send_produce(node, batches, cluster, now)
 
         sender._on_partition_response = on_partition_response
@@ -378,17 +378,19 @@ def table(runs: dict[str, dict[str, Any]]) -> str:
 
 def medians(runs: list[dict[str, Any]]) -> str:
     lines = ["| median (min-max) | " + " | ".join(CLIENTS) + " |", "|---|---|---|"]
-    for name, get in ROWS[:12]:
+    for name, get in ROWS:
         cells = []
         for client in CLIENTS:
-            vals = [float(get(r)) for r in runs if r["client"] == client and get(r) is not None]
+            vals = [get(r) for r in runs if r["client"] == client]
+            vals = [float(v) for v in vals if isinstance(v, (int, float))]
             if not vals:
                 cells.append("-")
                 continue
             digits = 2 if "(s)" in name else 0
             cells.append(f"{statistics.median(vals):.{digits}f} "
                          f"({min(vals):.{digits}f}-{max(vals):.{digits}f})")
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        if any(c != "-" for c in cells):
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -424,7 +426,7 @@ def summarize_timeline(timeline: list[Any]) -> str:
             b = buckets.setdefault(int(t * 10), [0, 0, 0])
             b[0 if arg[1] == 0 else 1] += 1
         elif what == "produce":
-            buckets.setdefault(int(t * 10), [0, 0, 0])[2] += 1
+            buckets.setdefault(int(t * 10), [0, 0, 0])[2] += 1  # (batches, bytes)
     for k in sorted(buckets):
         ok, err, req = buckets[k]
         out.append(f"  {k / 10:5.1f} s: {req} Produce requests sent, {ok} batches acked, "
