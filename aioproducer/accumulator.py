@@ -832,11 +832,16 @@ class RecordAccumulator:
             self.batch_taken(batch, now)
         batch.full = True  # closed for appends from now on, even if re-enqueued
 
-    def reenqueue(self, batch: ProducerBatch, now: float) -> None:
-        """Put a batch back at the head of its deque for a retry, in sequence order."""
+    def reenqueue(self, batch: ProducerBatch, now: float, *, escalate: bool = True) -> None:
+        """Put a batch back at the head of its deque for a retry, in sequence order.
+
+        The retry waits ``retry_backoff_ms``, doubling with each attempt up to
+        ``retry_backoff_max_ms`` (KIP-580, with jitter); ``escalate=False`` keeps it at
+        ``retry_backoff_ms`` (with jitter) whatever the attempts, for a batch the
+        broker refused because it does not lead the partition yet (see the Sender)."""
         batch.attempts += 1
-        # KIP-580: exponential with jitter, from retry_backoff_ms to retry_backoff_max_ms.
-        batch.next_attempt = now + self.retry_backoff_policy.backoff_s(batch.attempts - 1)
+        batch.next_attempt = now + self.retry_backoff_policy.backoff_s(
+            batch.attempts - 1 if escalate else 0)
         dq = self.batches.setdefault(batch.tp, deque())
         dq.appendleft(batch)
         if batch.base_sequence >= 0:

@@ -72,6 +72,18 @@ _METADATA_ERRORS = frozenset({
     int(ErrorCode.inconsistent_topic_id),
 })
 _DUPLICATE_SEQUENCE = int(ErrorCode.duplicate_sequence_number)
+# A broker that does not lead the partition (yet) refused the batch: nothing was
+# written. Its retries keep retry_backoff_ms instead of doubling up to
+# retry_backoff_max_ms, as librdkafka's (which does not count them as retries): a topic
+# just created answers so for each partition until its broker has made the log, for
+# seconds with thousands of partitions, and a backoff grown to 1 s delays each such
+# partition by up to 1 s after its log exists. Other retriable errors (not enough
+# replicas, storage errors, timeouts, lost connections) still back off exponentially.
+_NOT_LED = frozenset({
+    int(ErrorCode.not_leader_or_follower),
+    int(ErrorCode.leader_not_available),
+    int(ErrorCode.unknown_topic_or_partition),
+})
 SLOW_PASS_S = 0.001
 """A Sender pass that took more CPU than this is followed by a quiet time (see
 ``Sender._run``): it happens with thousands of partitions in use."""
@@ -775,7 +787,8 @@ class Sender:
             b.last_error = exc
             if written is None and self.pid is not None:
                 self._unknown_outcome.add(b)
-            self.acc.reenqueue(b, now)
+            self.acc.reenqueue(b, now, escalate=not (
+                isinstance(exc, BrokerResponseError) and int(exc.code) in _NOT_LED))
             return
         self._fail(b, exc, written=written)
 

@@ -183,3 +183,46 @@ async def test_a_failed_sender_fails_metadata_waiters_at_once() -> None:
     with pytest.raises(KafkaError, match="a bug"):
         await asyncio.wait_for(waiting, 5.0)
     assert time.monotonic() - started < 1.0  # not max_block_ms
+
+
+def _refused_again(sender: Sender, loop: asyncio.AbstractEventLoop, b: ProducerBatch,
+                   code: int, times: int) -> float:
+    """Answer ``b`` with ``code`` ``times`` times, draining it again at its retry time
+    each time as the Sender does; the backoff the last answer gave it (s)."""
+    wait = 0.0
+    for _ in range(times):
+        _answer(sender, b, code)
+        now = time.monotonic()
+        wait = b.next_attempt - now
+        assert not b.result.done()
+        drained = sender.acc.drain(sender.metadata.cluster, [0], 1 << 20,
+                                   b.next_attempt, set())
+        assert drained.get(0) == [b]
+        sender.in_flight.setdefault(TP, deque()).append(b)
+    return wait
+
+
+@pytest.mark.parametrize("code", [ErrorCode.not_leader_or_follower,
+                                  ErrorCode.leader_not_available,
+                                  ErrorCode.unknown_topic_or_partition])
+def test_a_partition_not_led_yet_is_retried_at_retry_backoff_ms(
+        loop: asyncio.AbstractEventLoop, code: ErrorCode) -> None:
+    """A topic just created answers NOT_LEADER_OR_FOLLOWER (the same leader, no hint)
+    until its broker has made the log: the broker refused the batch, nothing was
+    written, and the retries keep retry_backoff_ms (100 ms, jitter 20%) instead of
+    doubling to retry_backoff_max_ms (as librdkafka), with the same sequence."""
+    sender, _pid, _txn = _sender(transactional=False)
+    (b,) = _in_flight(sender, loop)
+    sequence = b.base_sequence
+    wait = _refused_again(sender, loop, b, int(code), 6)
+    assert b.attempts == 6  # still counted as retries (bounded by retries, delivery)
+    assert 0.0 < wait <= 0.1 * 1.2 + 0.01  # exponential: 1 s after six attempts
+    assert b.base_sequence == sequence
+
+
+def test_other_retriable_answers_still_back_off_exponentially(
+        loop: asyncio.AbstractEventLoop) -> None:
+    sender, _pid, _txn = _sender(transactional=False)
+    (b,) = _in_flight(sender, loop)
+    wait = _refused_again(sender, loop, b, int(ErrorCode.not_enough_replicas), 4)
+    assert wait >= 0.8 * 0.8 - 0.01  # retry_backoff_ms * 2**3, jitter 20%
