@@ -118,6 +118,10 @@ class Producer:
         self._topic_serializers = needs_topic(c.key_serializer) or needs_topic(
             c.value_serializer)
         self._linger_zero = c.linger_ms == 0
+        # send_and_wait() under a linger: the task whose send() is running, and the new
+        # batch its send opened without waking the Sender (see _on_new_batch).
+        self._pass_for_task: asyncio.Task[Any] | None = None
+        self._pass_batch: ProducerBatch | None = None
         self._interceptors = InterceptorChain(c.interceptors)
         self._fast = self._partitioner.fast and c.key_serializer is None \
             and c.value_serializer is None and not self._interceptors
@@ -572,15 +576,63 @@ class Producer:
                             headers: Sequence[Header] | None = None) -> RecordMetadata:
         """``send()`` and wait for the acknowledgement.
 
-        The record's batch does not linger: it is sendable at the Sender's next pass
-        (records appended before that pass, in the same turn of the event loop, still
-        share it). See "Latency of send_and_wait" in docs/performance.md.
+        The record's batch does not linger. When the record opens a new batch, the
+        call makes the Sender's pass itself and the request is written at once;
+        records other tasks append meanwhile go in the partition's next batch, which
+        leaves when that request is answered. When it joins a batch that other records
+        opened, the batch is sendable at the Sender's next pass (records appended
+        before it, in the same turn of the event loop, still share it). See "Latency
+        of send_and_wait" in docs/performance.md.
         """
-        fut = await self.send(topic, value, key, partition=partition,
-                              timestamp_ms=timestamp_ms, headers=headers)
-        if not self._linger_zero and self._accumulator.hurry(fut.batch):
-            self._wake_sender()
+        if self._linger_zero:
+            fut = await self.send(topic, value, key, partition=partition,
+                                  timestamp_ms=timestamp_ms, headers=headers)
+            return await fut
+        task = asyncio.current_task()
+        self._pass_for_task = task
+        try:
+            fut = await self.send(topic, value, key, partition=partition,
+                                  timestamp_ms=timestamp_ms, headers=headers)
+        except BaseException:
+            if self._pass_for_task is task:
+                self._pass_for_task = None
+            self._pass_new_batch(None)
+            raise
+        if self._pass_for_task is task:
+            self._pass_for_task = None
+        batch = fut.batch
+        if self._accumulator.hurry(batch):
+            if not self._pass_new_batch(batch):
+                self._wake_sender()
+        else:
+            self._pass_new_batch(None)
         return await fut
+
+    def _pass_new_batch(self, batch: ProducerBatch | None) -> bool:
+        """send_and_wait() under a linger, right after its send(): if that send opened
+        ``batch`` and left the Sender asleep (see :meth:`_on_new_batch`), make the
+        Sender's pass here, now, and wake the Sender only if the batch is still queued
+        after it (held behind its partition's request in flight, or waiting for a
+        connection or the producer id). A lone caller's request goes out in the turn
+        of the loop that appended it, and the Sender task does not run for it. True if
+        this was done; False if the send did not open ``batch`` (the Sender is awake
+        or looks before the linger ends), and the caller wakes the Sender. ``None``:
+        the send failed or its batch is full; a batch left asleep gets its wakeup."""
+        skipped = self._pass_batch
+        if skipped is None:
+            return False
+        self._pass_batch = None
+        sender = self._sender
+        if sender is None:
+            return False
+        if skipped is not batch:
+            sender.wakeup()
+            return batch is None
+        sender.run_once(time.monotonic(), want_delay=False)
+        dq = self._accumulator.batches.get(batch.tp)
+        if dq and batch in dq:
+            sender.wakeup()
+        return True
 
     async def partitions_for(self, topic: str) -> list[int]:
         """The topic's partition ids (waits for metadata up to ``max_block_ms``)."""
@@ -608,6 +660,14 @@ class Producer:
                 # failure) wakes the Sender as this batch is queued; a pass now would
                 # find nothing to do, at the cost of a turn of the loop and a timer.
                 return
+        elif self._txn is None and self._pass_for_task is not None \
+                and self._pass_batch is None \
+                and self._pass_for_task is asyncio.current_task():
+            # send_and_wait()'s own send, which makes the Sender's pass itself as
+            # soon as send() returns (_pass_new_batch): no wakeup, no turn of the
+            # loop for the Sender task.
+            self._pass_batch = batch
+            return
         elif self._txn is None and self._accumulator.lingers(batch) \
                 and sender.looks_within(self._accumulator.linger):
             # It only lingers, and the Sender looks again before its linger ends (a

@@ -53,8 +53,8 @@ async def _run(ns: argparse.Namespace, topic: str, lines: collections.Counter[st
     keys = ([rng.randbytes(ns.key_size) for _ in range(1024)] if ns.key_size else None)
     value = b"x" * ns.value_size
     opts: dict[str, Any] = {"bootstrap_servers": ns.bootstrap, "acks": ns.acks}
-    if ns.mode == "send-and-wait":
-        opts["linger_ms"] = 0
+    if ns.mode == "send-and-wait" and ns.linger_ms >= 0:
+        opts["linger_ms"] = ns.linger_ms
 
     def tracer(frame: FrameType, event: str, _arg: Any) -> Any:
         if event == "call":
@@ -101,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--key-size", type=int, default=0)
     p.add_argument("--value-size", type=int, default=100)
     p.add_argument("--acks", type=int, choices=(-1, 0, 1), default=1)
+    p.add_argument("--linger-ms", type=int, default=0,
+                   help="send-and-wait mode's linger_ms (-1: the producer's default)")
     p.add_argument("--warmup", type=int, default=300)
     p.add_argument("--top", type=int, default=30)
     p.add_argument("--seed", type=int, default=19)

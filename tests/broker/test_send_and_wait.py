@@ -1,8 +1,10 @@
 """The awaited-record rule of ``send_and_wait()`` (issue #19, item 2).
 
-The record a caller awaits makes its batch sendable at the next Sender pass, whatever
-``linger_ms`` says, and records appended before that pass (in the same turn of the
-event loop) go in the same batch. ``send()`` alone still lingers.
+The record a caller awaits makes its batch sendable at once, whatever ``linger_ms``
+says: a record that opens a batch is written by the call itself, in the same turn of
+the event loop; one that joins a batch makes it sendable at the next Sender pass, and
+records appended before that pass (in the same turn) go in the same batch. ``send()``
+alone still lingers.
 
 The assertions are on the mechanism (the producer's queue-time and request metrics,
 which futures are done), not on wall time, except for generous bounds that only a
@@ -116,3 +118,46 @@ async def test_plain_send_still_lingers(kafka_bootstrap: str, topic_factory: Any
         await asyncio.wait_for(fut, 20)
         m = producer.metrics().producer
     assert m["record-queue-time-max"] >= 400.0
+
+
+async def test_a_new_batch_is_written_in_the_callers_turn(kafka_bootstrap: str,
+                                                          topic_factory: Any) -> None:
+    """A send_and_wait() whose record opens a new batch makes the Sender's pass itself:
+    its request is written in the turn of the loop that appended it, before any other
+    task (the Sender's included) runs. Records other tasks append in that turn go in
+    the partition's next batch, held behind the request in flight, and share a
+    request."""
+    topic = topic_factory(partitions=1)
+    async with Producer(bootstrap_servers=kafka_bootstrap, linger_ms=60_000) as producer:
+        await producer.send_and_wait(topic, b"warm-up")
+        before = producer.metrics().producer["request-total"]
+        lone = asyncio.create_task(producer.send_and_wait(topic, VALUE))
+        await asyncio.sleep(0)  # the task's first step runs, then this one
+        assert producer.metrics().producer["request-total"] == before + 1
+        assert (await asyncio.wait_for(lone, 20)).offset == 1
+        # Ten callers in one turn: the first writes its batch, the other nine share
+        # the next one, which leaves when the first answer comes.
+        metas = await asyncio.wait_for(asyncio.gather(
+            *(producer.send_and_wait(topic, VALUE) for _ in range(10))), 20)
+        assert sorted(m.offset for m in metas) == list(range(2, 12))
+        assert producer.metrics().producer["request-total"] == before + 3
+
+
+async def test_a_send_waiting_for_metadata_does_not_take_another_callers_pass(
+        kafka_bootstrap: str, topic_factory: Any) -> None:
+    """Calls interleave: one send_and_wait() waits for a new topic's metadata while
+    another's record opens a batch and is written at once; then the first one's batch
+    gets the Sender's pass it needs. With a 60 s linger, a pass taken by the wrong
+    call would leave a batch lingering, and this test would time out."""
+    known, fresh = topic_factory(partitions=1), topic_factory(partitions=1)
+    async with Producer(bootstrap_servers=kafka_bootstrap, linger_ms=60_000) as producer:
+        await producer.send_and_wait(known, b"warm-up")
+        waiting = asyncio.create_task(producer.send_and_wait(fresh, VALUE))
+        await asyncio.sleep(0)  # it waits for the metadata of `fresh`
+        assert not waiting.done()
+        meta = await asyncio.wait_for(producer.send_and_wait(known, VALUE), 10)
+        assert meta.offset == 1
+        assert (await asyncio.wait_for(waiting, 20)).offset == 0
+        plain = await producer.send(known, VALUE)  # send() alone still lingers
+        await asyncio.sleep(0.2)
+        assert not plain.done()
