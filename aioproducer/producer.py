@@ -576,13 +576,9 @@ class Producer:
                             headers: Sequence[Header] | None = None) -> RecordMetadata:
         """``send()`` and wait for the acknowledgement.
 
-        The record's batch does not linger. When the record opens a new batch, the
-        call makes the Sender's pass itself and the request is written at once;
-        records other tasks append meanwhile go in the partition's next batch, which
-        leaves when that request is answered. When it joins a batch that other records
-        opened, the batch is sendable at the Sender's next pass (records appended
-        before it, in the same turn of the event loop, still share it). See "Latency
-        of send_and_wait" in docs/performance.md.
+        The record's batch does not linger: it is sendable at the Sender's next pass
+        (records appended before that pass, in the same turn of the event loop, still
+        share it). See "Latency of send_and_wait" in docs/performance.md.
         """
         if self._linger_zero:
             fut = await self.send(topic, value, key, partition=partition,
@@ -610,14 +606,14 @@ class Producer:
 
     def _pass_new_batch(self, batch: ProducerBatch | None) -> bool:
         """send_and_wait() under a linger, right after its send(): if that send opened
-        ``batch`` and left the Sender asleep (see :meth:`_on_new_batch`), make the
-        Sender's pass here, now, and wake the Sender only if the batch is still queued
-        after it (held behind its partition's request in flight, or waiting for a
-        connection or the producer id). A lone caller's request goes out in the turn
-        of the loop that appended it, and the Sender task does not run for it. True if
-        this was done; False if the send did not open ``batch`` (the Sender is awake
-        or looks before the linger ends), and the caller wakes the Sender. ``None``:
-        the send failed or its batch is full; a batch left asleep gets its wakeup."""
+        ``batch`` and left the Sender asleep (see :meth:`_on_new_batch`), the Sender's
+        pass runs as a callback at the loop's next turn (:meth:`_pass_for`), where the
+        Sender task would have run it: records other tasks append in this turn still
+        share the batch. The callback is cheaper than the task's pass (no sleep, no
+        timer, no delay to work out). True if this was done; False if the send did
+        not open ``batch`` (the Sender is awake or looks before the linger ends), and
+        the caller wakes the Sender. ``None``: the send failed or its batch is full; a
+        batch left asleep gets its wakeup."""
         skipped = self._pass_batch
         if skipped is None:
             return False
@@ -628,11 +624,20 @@ class Producer:
         if skipped is not batch:
             sender.wakeup()
             return batch is None
-        sender.run_once(time.monotonic(), want_delay=False)
-        dq = self._accumulator.batches.get(batch.tp)
-        if dq and batch in dq:
-            sender.wakeup()
+        batch.result.get_loop().call_soon(self._pass_for, sender, batch)
         return True
+
+    def _pass_for(self, sender: Sender, batch: ProducerBatch) -> None:
+        """The Sender's pass for a send_and_wait() batch (see :meth:`_pass_new_batch`);
+        the Sender task is woken if the batch is still queued after it (held behind
+        its partition's request in flight, or waiting for a connection or the producer
+        id), or if the producer is closing."""
+        if self._state == _RUNNING and sender is self._sender:
+            sender.run_once(time.monotonic(), want_delay=False)
+            dq = self._accumulator.batches.get(batch.tp)
+            if not (dq and batch in dq):
+                return
+        sender.wakeup()
 
     async def partitions_for(self, topic: str) -> list[int]:
         """The topic's partition ids (waits for metadata up to ``max_block_ms``)."""
@@ -663,9 +668,9 @@ class Producer:
         elif self._txn is None and self._pass_for_task is not None \
                 and self._pass_batch is None \
                 and self._pass_for_task is asyncio.current_task():
-            # send_and_wait()'s own send, which makes the Sender's pass itself as
-            # soon as send() returns (_pass_new_batch): no wakeup, no turn of the
-            # loop for the Sender task.
+            # send_and_wait()'s own send, which has the Sender's pass made by a
+            # callback at the next turn of the loop (_pass_new_batch): no wakeup of
+            # the Sender task.
             self._pass_batch = batch
             return
         elif self._txn is None and self._accumulator.lingers(batch) \
