@@ -78,29 +78,50 @@ def _quantile(values: list[float], q: float) -> float:
 
 # -- the clients (each in a subprocess) ---------------------------------------------------
 
+class _Acks:
+    """What a client's acknowledgements said: how many, when the first and the last
+    came, each partition's first, and the first few errors."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.first_at = self.last_at = 0.0
+        self.partition_first: dict[int, float] = {}
+        self.errors: list[str] = []
+
+    def ok(self, partition: int) -> None:
+        now = time.monotonic()
+        if not self.count:
+            self.first_at = now
+        self.count += 1
+        self.last_at = now
+        self.partition_first.setdefault(partition, now)
+
+    def failed(self, text: str) -> None:
+        if len(self.errors) < 5:
+            self.errors.append(text)
+
+    def summary(self, t0: float) -> dict[str, Any]:
+        return {
+            "acked": self.count,
+            "first_ack_s": self.first_at - t0 if self.count else None,
+            "ack_all_s": self.last_at - t0 if self.count else None,
+            "partition_first_ack_s": sorted(v - t0 for v in self.partition_first.values()),
+            "errors": self.errors,
+        }
+
 async def _run_aioproducer(bootstrap: str, topic: str, keys: list[bytes], value: bytes,
                            trace: bool) -> dict[str, Any]:
     from aioproducer import Producer
 
-    first: dict[int, float] = {}
-    acked = [0, 0.0, 0.0]  # count, first, last
-    errors: list[str] = []
+    acks = _Acks()
     timeline: list[tuple[float, str, Any]] = []
 
     def on_ack(fut: Any) -> None:
-        now = time.monotonic()
         exc = fut.exception()
         if exc is not None:
-            if len(errors) < 5:
-                errors.append(repr(exc))
-            return
-        if not acked[0]:
-            acked[1] = now
-        acked[0] += 1
-        acked[2] = now
-        p = fut.partition
-        if p not in first:
-            first[p] = now
+            acks.failed(repr(exc))
+        else:
+            acks.ok(fut.partition)
 
     producer = Producer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
     if trace:
@@ -118,14 +139,11 @@ async def _run_aioproducer(bootstrap: str, topic: str, keys: list[bytes], value:
         md_requests = producer._metadata.requests
     out = {
         "t0": t0, "send_s": sent - t0, "flush_done_s": done - t0,
-        "acked": acked[0], "first_ack_s": acked[1] - t0 if acked[0] else None,
-        "ack_all_s": acked[2] - t0 if acked[0] else None,
-        "partition_first_ack_s": sorted(v - t0 for v in first.values()),
+        **acks.summary(t0),
         "produce_requests": int(m["request-total"]),
         "metadata_requests": md_requests,
         "record_retries": int(m["record-retry-total"]),
         "metadata_retries": int(m["metadata-retry-total"]),
-        "errors": errors,
     }
     if trace:
         out["timeline"] = [(round(t - t0, 4), what, arg) for t, what, arg in timeline]
@@ -197,24 +215,14 @@ def _run_confluent(bootstrap: str, topic: str, keys: list[bytes],
                    value: bytes, trace: bool) -> dict[str, Any]:
     from confluent_kafka import Producer
 
-    first: dict[int, float] = {}
-    acked = [0, 0.0, 0.0]
-    errors: list[str] = []
+    acks = _Acks()
     stats: list[dict[str, Any]] = []
 
     def on_delivery(err: Any, msg: Any) -> None:
-        now = time.monotonic()
         if err is not None:
-            if len(errors) < 5:
-                errors.append(str(err))
-            return
-        if not acked[0]:
-            acked[1] = now
-        acked[0] += 1
-        acked[2] = now
-        p = msg.partition()
-        if p not in first:
-            first[p] = now
+            acks.failed(str(err))
+        else:
+            acks.ok(msg.partition())
 
     def on_stats(text: str) -> None:
         stats[:] = [json.loads(text)]
@@ -255,15 +263,12 @@ def _run_confluent(bootstrap: str, topic: str, keys: list[bytes],
     return {
         **traced,
         "t0": t0, "send_s": sent - t0, "flush_done_s": done - t0, "unflushed": left,
-        "acked": acked[0], "first_ack_s": acked[1] - t0 if acked[0] else None,
-        "ack_all_s": acked[2] - t0 if acked[0] else None,
-        "partition_first_ack_s": sorted(v - t0 for v in first.values()),
+        **acks.summary(t0),
         "produce_requests": sum(b.get("req", {}).get("Produce", 0) for b in brokers),
         "bytes_sent": sum(b.get("txbytes", 0) for b in brokers),
         "metadata_requests": sum(b.get("req", {}).get("Metadata", 0)
                                  for b in st.get("brokers", {}).values()),
         "request_retries": sum(b.get("txretries", 0) for b in brokers),
-        "errors": errors,
     }
 
 
