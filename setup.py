@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from Cython.Build import cythonize
 from setuptools import Extension, setup
@@ -92,6 +93,27 @@ class BuildExt(build_ext):
         super().build_extensions()
 
 
+# The compression thread (compressor.pyx) links the vendored zstd and LZ4 sources
+# (aioproducer/_native/vendor/README.md), each compiled as its own unit. Their symbols
+# stay inside the module (-fvisibility=hidden: only the module's init is exported), and
+# the linker drops what the thread does not call (the decompressors, among others).
+VENDOR = NATIVE / "vendor"
+VENDORED: dict[str, dict[str, list[Any]]] = {
+    "compressor": {
+        "sources": [str(VENDOR / f"unit_{name}.c")
+                    for name in ("zstd", "lz4", "lz4hc", "lz4frame", "xxhash")],
+        "include_dirs": [str(VENDOR)],
+        # The libraries mark their API "default" visibility unless told otherwise.
+        "define_macros": [(name, "") for name in (
+            "ZSTDLIB_VISIBLE", "ZSTDERRORLIB_VISIBLE", "ZDICTLIB_VISIBLE",
+            "LZ4LIB_VISIBILITY", "LZ4FLIB_VISIBILITY")],
+        "extra_compile_args": ["-fvisibility=hidden", "-ffunction-sections",
+                               "-fdata-sections", "-pthread"],
+        "extra_link_args": ["-Wl,--gc-sections", "-pthread"],
+    },
+}
+
+
 def extensions() -> list[Extension]:
     mods = sorted((HERE / NATIVE).glob("*.pyx"))
     if not mods:
@@ -99,8 +121,12 @@ def extensions() -> list[Extension]:
     exts = [
         Extension(
             f"aioproducer._native.{pyx.stem}",
-            [str(NATIVE / pyx.name)],
-            define_macros=DEBUG_MACROS if DEBUG else [],
+            [str(NATIVE / pyx.name), *VENDORED.get(pyx.stem, {}).get("sources", [])],
+            define_macros=[*(DEBUG_MACROS if DEBUG else []),
+                           *VENDORED.get(pyx.stem, {}).get("define_macros", [])],
+            include_dirs=VENDORED.get(pyx.stem, {}).get("include_dirs", []),
+            extra_compile_args=VENDORED.get(pyx.stem, {}).get("extra_compile_args", []),
+            extra_link_args=VENDORED.get(pyx.stem, {}).get("extra_link_args", []),
         )
         for pyx in mods
     ]

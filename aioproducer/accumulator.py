@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sized
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ._native import BATCH_HEADER_SIZE, Appender, Block, ProducerBatch
 from ._native.batch import record_size_upper_bound
@@ -29,6 +29,9 @@ from .errors import (
 from .memory import Memory
 from .metadata import Cluster, TopicInfo
 from .types import TopicPartition
+
+if TYPE_CHECKING:
+    from ._native.compressor import CompressorThread
 
 __all__ = ["AppendResult", "ProducerBatch", "ReadyResult", "RecordAccumulator"]
 
@@ -130,7 +133,8 @@ class RecordAccumulator:
                  compressor: Compressor | None = None,
                  max_request_size: int = 1048576,
                  batch_max_size: int | None = None,
-                 appender: Appender | None = None) -> None:
+                 appender: Appender | None = None,
+                 offload: CompressorThread | None = None) -> None:
         # The routes of the native appender hold each partition's open batch (its
         # tail), where the native send path finds it in one step; only the
         # accumulator sets them.
@@ -155,6 +159,10 @@ class RecordAccumulator:
         ``max.message.bytes`` and call :meth:`set_growth_cap`."""
         self.codec = codec
         self.compressor = compressor
+        # The compression thread (zstd, LZ4): a partition's batch found full goes to it
+        # at once (see _hand_over), if the compressor is still the one it stands in for.
+        self.offload = offload
+        self.offload_for = compressor
         self.ratios = CompressionRatioEstimator()
         # A compressed batch may hold this much uncompressed at most.
         self.max_compressed_batch = max(batch_size, min(max_request_size, buffer_memory // 4))
@@ -226,6 +234,8 @@ class RecordAccumulator:
         self.appender.set_route(topic, n)
         tp = (topic, partition)
         appended = self._append_counted(tp, timestamp, key, value, headers, sticky)
+        if appended is None and self.offload is not None:
+            self._hand_over(tp)
         if appended is None and sticky is not None:
             moved = sticky.on_new_batch(topic, info, partition)
             if moved != partition:
@@ -281,6 +291,16 @@ class RecordAccumulator:
         if sticky is not None:
             sticky.on_appended(topic, partition, int(batch.builder.size_in_bytes))
         return AppendResult(batch, index, True)
+
+    def _hand_over(self, tp: TopicPartition) -> None:
+        """The partition's open batch is full: its records go to the compression thread
+        now, while the loop fills the next batch (the batch takes no more records).
+        The thread may decline (too small, too busy): the batch is then compressed
+        when the Sender takes it, as without a thread."""
+        batch = self.tail(tp)
+        if batch is not None and batch.full and batch.attempts == 0 \
+                and self.compressor is self.offload_for and self.offload is not None:
+            batch.builder.compress_ahead(self.offload)
 
     def _append_counted(self, tp: TopicPartition, timestamp: int, key: object,
                         value: object, headers: object, sticky: StickyPartitioner | None
@@ -688,6 +708,7 @@ class RecordAccumulator:
         res = ReadyResult()
         send_now = self._send_now()
         hurried = self.hurried
+        offload = self.offload
         # Kept for topic_backlog(), which the partitioner asks when it moves a sticky
         # partition (adaptive partitioning, KIP-794).
         self._last_cluster = cluster
@@ -708,6 +729,8 @@ class RecordAccumulator:
             waited = now - batch.created
             if send_now or batch.full or len(dq) > 1 or waited >= self.linger \
                     or (hurried and self._is_hurried(tp)):
+                if batch.full and offload is not None and batch.builder.compressing:
+                    continue  # the thread's pipe wakes the Sender when it is done
                 if not _held(tp, batch, dq, flying):
                     res.nodes.add(leader)
             else:
@@ -783,6 +806,7 @@ class RecordAccumulator:
         out: dict[int, list[ProducerBatch]] = {}
         by_node: dict[int, list[TopicPartition]] = {}
         leaders = cluster.leaders
+        offload = self.offload
         # The partitions with queued batches (as ready() walks them), not every
         # partition the metadata knows: a pass costs O(queued), not O(cluster).
         for tp, dq in self.batches.items():
@@ -808,6 +832,8 @@ class RecordAccumulator:
                 if batch.attempts > 0 and now < batch.next_attempt:
                     continue
                 if batch.record_count == 0 or _held(tp, batch, dq, flying):
+                    continue
+                if batch.full and offload is not None and batch.builder.compressing:
                     continue
                 if may_send is not None and not may_send(batch):
                     continue

@@ -14,7 +14,10 @@ the 61-byte header) is compressed as one unit; attributes bits 0-2 name the code
  4     zstd    a Zstandard frame                                ``zstandard``
 =====  ======  ===============================================  ====================
 
-Every one of these libraries releases the GIL while it compresses. The choice was
+Every one of these libraries releases the GIL while it compresses. With zstd and LZ4,
+full batches are compressed on a thread of the producer's own, in C without the GIL
+(:func:`make_compression_thread`, ``_native/compressor.pyx``, the same library
+versions vendored). The choice was
 measured (docs/compression.md): ``lz4``'s frame API is about 13x faster than
 ``cramjam.lz4`` at its default level and lets us turn block linking off; ``zstandard``
 and ``cramjam.zstd`` are on par and ``zstandard`` exposes every level; ``zlib`` is
@@ -30,9 +33,12 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from ._native.compressor import CompressorThread
 
 __all__ = [
     "CODECS",
@@ -40,6 +46,8 @@ __all__ = [
     "Compressor",
     "codec_id",
     "decompress",
+    "lz4_frame_level",
+    "make_compression_thread",
     "make_compressor",
     "validate_level",
 ]
@@ -110,10 +118,9 @@ def make_compressor(name: str, level: int) -> Compressor | None:
     if name == "lz4":
         import lz4.frame  # type: ignore[import-untyped]
 
-        # Kafka's default level means LZ4's fast mode (frame level 0); other levels
-        # are LZ4-HC levels. Independent 64 KiB blocks, no checksums beyond LZ4's
-        # header checksum: what Kafka's Java writer produces.
-        flevel = 0 if level == 9 else level
+        # Independent 64 KiB blocks, no checksums beyond LZ4's header checksum: what
+        # Kafka's Java writer produces.
+        flevel = lz4_frame_level(level)
         compress = lz4.frame.compress
         block_size = lz4.frame.BLOCKSIZE_MAX64KB
 
@@ -130,6 +137,30 @@ def make_compressor(name: str, level: int) -> Compressor | None:
         cctx = zstandard.ZstdCompressor(level=level)
         return cctx.compress
     raise ConfigError(f"unknown compression type {name!r}")
+
+
+def lz4_frame_level(level: int) -> int:
+    """LZ4's frame level for Kafka's ``compression.lz4.level``: the default (9) means
+    LZ4's fast mode (frame level 0); other levels are LZ4-HC levels."""
+    return 0 if level == 9 else level
+
+
+#: Records sections smaller than this stay on the event loop: handing them to the
+#: compression thread costs more than compressing them (docs/performance.md).
+THREAD_MIN_BYTES = {"zstd": 8192, "lz4": 16384}
+
+
+def make_compression_thread(name: str, level: int) -> CompressorThread | None:
+    """The compression thread for codec ``name`` at ``level`` (zstd and LZ4; None for
+    the others): full batches are compressed there, off the event loop. It starts
+    with its first batch."""
+    from ._native.compressor import CompressorThread
+
+    if name == "zstd":
+        return CompressorThread(4, level, THREAD_MIN_BYTES[name])
+    if name == "lz4":
+        return CompressorThread(3, lz4_frame_level(level), THREAD_MIN_BYTES[name])
+    return None
 
 
 def decompress(codec: int, data: bytes | memoryview) -> bytes:

@@ -18,7 +18,7 @@ from ._bulk import send_many_error as _send_many_error
 from ._lifecycle import check_loop, raise_not_running
 from ._native import BATCH_HEADER_SIZE, Appender, ProducerBatch
 from .accumulator import RecordAccumulator
-from .compression import codec_id, make_compressor
+from .compression import codec_id, make_compression_thread, make_compressor
 from .config import ProducerConfig
 from .errors import (
     IllegalStateError,
@@ -103,6 +103,8 @@ class Producer:
             codec=codec_id(c.compression_type),
             compressor=make_compressor(c.compression_type, c.compression_level),
             max_request_size=c.max_request_size, appender=self._appender,
+            offload=make_compression_thread(c.compression_type, c.compression_level)
+            if c.compression_thread else None,
         )
         self._metrics = ProducerMetrics(c.client_id)
         wire_buffering(self._accumulator, self._partitioner, self._metrics)

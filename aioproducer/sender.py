@@ -180,8 +180,11 @@ class Sender:
         return self._timer is not None and self._timer_at <= s.get_loop().time() + seconds
 
     async def stop(self) -> None:
-        """Cancel the task and every background request it started."""
+        """Cancel the task and every background request it started, and stop the
+        compression thread (its batches still queued fail back to the loop)."""
         self._stopped = True
+        if self.acc.offload is not None:
+            self.acc.offload.close()
         tasks = list(self._background)
         if self.task is not None:
             tasks.append(self.task)

@@ -9,6 +9,7 @@ builds parts by hand calls them too).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import TYPE_CHECKING
 
@@ -44,7 +45,8 @@ def wire_sender(sender: Sender, client: KafkaClient, metadata: Metadata,
     not expire) and tells it which expired; a lost connection asks for a refresh; a
     partition count change resizes the accumulator's routes in the same step; the
     accumulator asks it to learn a topic's batch size limit (only when batches may
-    grow past ``batch_size``)."""
+    grow past ``batch_size``); the compression thread wakes it when a batch is
+    compressed."""
     client.on_ready_change = sender.wakeup
     client.on_disconnect = lambda node: metadata.request_update()
     metadata.on_update_request = sender.wakeup
@@ -53,3 +55,7 @@ def wire_sender(sender: Sender, client: KafkaClient, metadata: Metadata,
     metadata.on_partition_counts = accumulator.resize_routes
     if accumulator.batch_max_size > accumulator.batch_size:
         accumulator.on_growth_cap_needed = sender.learn_growth_cap
+    if accumulator.offload is not None:
+        # A batch done on the compression thread wakes the Sender (through a pipe the
+        # loop reads); Sender.stop() closes the thread.
+        accumulator.offload.attach(asyncio.get_running_loop(), sender.wakeup)

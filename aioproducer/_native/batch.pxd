@@ -61,6 +61,7 @@ cdef class BatchBuilder:
     cdef int codec_                # compression codec id asked for (0: none)
     cdef int applied_codec         # codec of the closed batch (0 if sent uncompressed)
     cdef object compressor         # records section -> compressed bytes-like
+    cdef object pending            # its CompressJob on the compression thread, or None
     cdef Py_ssize_t records_size_  # uncompressed bytes of the records section
     cdef int32_t count             # records appended
     cdef int64_t base_ts           # timestamp of the first record (baseTimestamp)

@@ -5,6 +5,7 @@ from typing import Any, final
 
 from typing_extensions import Buffer
 
+from .compressor import CompressorThread
 from .pool import Block
 
 BATCH_HEADER_SIZE: int
@@ -27,6 +28,12 @@ class BatchBuilder:
     ) -> None:
         """Compress the records (codec id 1-4) at close; ``limit`` bounds the batch
         for every record but the first. Only before the first append."""
+    def compress_ahead(self, thread: CompressorThread) -> bool:
+        """Hand the records to the compression thread now; the batch takes no more
+        records. False (nothing changed) if the thread declines or nothing to do."""
+    @property
+    def compressing(self) -> bool:
+        """Its records are with the compression thread, not done yet."""
     def append(
         self, timestamp_ms: int, key: object, value: object, headers: object = None
     ) -> int:

@@ -257,6 +257,7 @@ cdef class BatchBuilder:
         self.codec_ = 0
         self.applied_codec = 0
         self.compressor = None
+        self.pending = None
         self.records_size_ = 0
         self.pos = HEADER_SIZE
         self.count = 0
@@ -290,6 +291,34 @@ cdef class BatchBuilder:
         self.codec_ = codec
         self.compressor = compressor if codec else None
         self.limit = limit
+
+    def compress_ahead(self, object thread) -> bool:
+        """Hand the records to ``thread`` (a :class:`CompressorThread` of this batch's
+        codec) to compress them now, before the batch closes; the batch takes no more
+        records from here on. False (nothing changed) if the thread declines (too
+        small, too busy, closed), or if the batch is empty, closed, uncompressed or
+        handed over already."""
+        if self.closed_ or not self.codec_ or self.count == 0 or self.pending is not None:
+            return False
+        self.check_block()
+        src = PyMemoryView_FromMemory(self.block.data + HEADER_SIZE, self.pos - HEADER_SIZE,
+                                      PyBUF_READ)
+        try:
+            job = thread.submit(src)
+        finally:
+            src.release()
+        if job is None:
+            return False
+        self.pending = job
+        # Sealed: every later record is refused as if it did not fit (the thread
+        # compresses the records as they are now).
+        self.limit = self.pos
+        return True
+
+    @property
+    def compressing(self) -> bool:
+        """Its records are with the compression thread, not done yet."""
+        return self.pending is not None and not self.pending.done
 
     # -- appending -------------------------------------------------------------
 
@@ -530,6 +559,7 @@ cdef class BatchBuilder:
         if self.block.state == BLOCK_LIVE:
             raise RuntimeError("detach() of a builder whose block is still live")
         self.block = RELEASED_BLOCK
+        self.pending = None  # a job of an aborted batch: the thread drops it
 
     def view(self) -> memoryview:
         """Read-only view of the closed batch (an export: the block is not reused
@@ -627,11 +657,19 @@ cdef class BatchBuilder:
     cdef int compress_records(self) except -1:
         cdef Slice out
         cdef Py_ssize_t n = self.pos - HEADER_SIZE
-        src = PyMemoryView_FromMemory(self.block.data + HEADER_SIZE, n, PyBUF_READ)
-        try:
-            result = self.compressor(src)
-        finally:
-            src.release()
+        result = None
+        if self.pending is not None:
+            # Compressed by the thread (waiting for it if need be); None if it could
+            # not, and the compressor below does it here.
+            job = self.pending
+            self.pending = None
+            result = job.result()
+        if result is None:
+            src = PyMemoryView_FromMemory(self.block.data + HEADER_SIZE, n, PyBUF_READ)
+            try:
+                result = self.compressor(src)
+            finally:
+                src.release()
         out.acquired = False
         acquire(result, &out, b"compressed records", -1)
         try:

@@ -1,0 +1,550 @@
+"""The compression thread: zstd and LZ4 batches compressed on another core.
+
+The event loop runs every record's append; with zstd or LZ4 it also compressed every
+batch, up to a third of its time in the compressed scenarios. A Python thread does not
+help (docs/performance.md, "Compression on the second core"): python-zstandard and lz4
+release the GIL while they compress, but handing a batch over and its result back costs
+a future, a thread switch and the GIL twice, more than compressing a batch of the
+default size. This thread never takes the GIL. It is a plain C thread (pthreads) that
+waits for jobs, compresses each with the vendored libzstd or liblz4 (``vendor/``), and
+tells the loop through a pipe that something is done; the loop side only copies bytes
+in and out, under a mutex held for a few instructions.
+
+A job is a copy of a full batch's records section, made by the loop when the batch is
+full and handed over at once (:meth:`CompressorThread.submit`); the batch is sealed
+against appends then, and the loop goes on filling the partition's next batch. When
+the Sender takes the batch, :meth:`CompressJob.result` gives the compressed bytes
+(waiting, without the GIL, if they are not ready yet); the Sender leaves a batch whose
+job is still running for its next pass (``done``), woken by the pipe. A job that failed
+(no memory) or a thread that stopped gives None, and the batch is compressed on the
+loop as before.
+
+Lifetimes: a job is shared by its :class:`CompressJob` and the thread, counted in
+``refs`` under the mutex; whoever lets go last frees it. The thread's state is shared
+the same way by the :class:`CompressorThread` and the thread. The job owns its input
+and output memory (``malloc``), never the pool's blocks: a batch aborted or expired
+while its job runs returns its block to the pool at once, and nothing of the thread's
+points into it.
+"""
+
+cimport cython
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from libc.stdlib cimport free, malloc
+from libc.string cimport memcpy, memset
+
+import os
+
+
+cdef extern from "<signal.h>" nogil:
+    ctypedef struct sigset_t:
+        pass
+    int sigfillset(sigset_t* s)
+    int pthread_sigmask(int how, const sigset_t* s, sigset_t* old)
+    enum:
+        SIG_BLOCK
+
+
+cdef extern from "<unistd.h>" nogil:
+    ssize_t write(int fd, const void* buf, size_t n)
+    int getpid()
+
+
+cdef extern from "<pthread.h>" nogil:
+    ctypedef struct pthread_mutex_t:
+        pass
+    ctypedef struct pthread_cond_t:
+        pass
+    ctypedef struct pthread_t:
+        pass
+    ctypedef struct pthread_attr_t:
+        pass
+    ctypedef void* (*start_routine)(void*) noexcept nogil
+    int pthread_mutex_init(pthread_mutex_t* m, const void* attr)
+    int pthread_mutex_destroy(pthread_mutex_t* m)
+    int pthread_mutex_lock(pthread_mutex_t* m)
+    int pthread_mutex_unlock(pthread_mutex_t* m)
+    int pthread_cond_init(pthread_cond_t* c, const void* attr)
+    int pthread_cond_destroy(pthread_cond_t* c)
+    int pthread_cond_wait(pthread_cond_t* c, pthread_mutex_t* m)
+    int pthread_cond_signal(pthread_cond_t* c)
+    int pthread_cond_broadcast(pthread_cond_t* c)
+    int pthread_create(pthread_t* t, const pthread_attr_t* attr, start_routine fn,
+                       void* arg)
+    int pthread_detach(pthread_t t)
+
+
+cdef extern from "zstd/zstd.h" nogil:
+    ctypedef struct ZSTD_CCtx:
+        pass
+    ZSTD_CCtx* ZSTD_createCCtx()
+    size_t ZSTD_freeCCtx(ZSTD_CCtx* cctx)
+    size_t ZSTD_compressCCtx(ZSTD_CCtx* cctx, void* dst, size_t cap, const void* src,
+                             size_t n, int level)
+    size_t ZSTD_compressBound(size_t n)
+    unsigned ZSTD_isError(size_t code)
+
+
+cdef extern from "lz4/lz4frame.h" nogil:
+    ctypedef enum LZ4F_blockSizeID_t:
+        LZ4F_max64KB
+    ctypedef enum LZ4F_blockMode_t:
+        LZ4F_blockIndependent
+    ctypedef enum LZ4F_contentChecksum_t:
+        LZ4F_noContentChecksum
+    ctypedef enum LZ4F_blockChecksum_t:
+        LZ4F_noBlockChecksum
+    ctypedef struct LZ4F_frameInfo_t:
+        LZ4F_blockSizeID_t blockSizeID
+        LZ4F_blockMode_t blockMode
+        LZ4F_contentChecksum_t contentChecksumFlag
+        unsigned long long contentSize
+        LZ4F_blockChecksum_t blockChecksumFlag
+    ctypedef struct LZ4F_preferences_t:
+        LZ4F_frameInfo_t frameInfo
+        int compressionLevel
+        unsigned autoFlush
+    size_t LZ4F_compressFrameBound(size_t n, const LZ4F_preferences_t* prefs)
+    size_t LZ4F_compressFrame(void* dst, size_t cap, const void* src, size_t n,
+                              const LZ4F_preferences_t* prefs)
+    unsigned LZ4F_isError(size_t code)
+
+
+# Codec ids, as in a record batch's attributes.
+cdef enum:
+    CODEC_LZ4 = 3
+    CODEC_ZSTD = 4
+
+# Job states.
+cdef enum:
+    QUEUED = 0
+    RUNNING = 1
+    DONE = 2
+    FAILED = 3        # no memory, a codec error, or the thread stopped first
+    CANCELLED = 4     # its CompressJob let go before the thread took it
+
+
+cdef struct Job:
+    Job* next
+    char* src                  # the records section's copy (freed once compressed)
+    size_t src_len
+    char* dst                  # the compressed bytes (DONE)
+    size_t dst_len
+    int state
+    int refs                   # the CompressJob, the thread
+
+
+cdef struct Shared:
+    pthread_mutex_t lock
+    pthread_cond_t work        # the thread waits here for a job or the stop
+    pthread_cond_t finished    # CompressJob.result() waits here for its job
+    Job* head
+    Job* tail
+    int pending                # jobs queued or running
+    int stop
+    int held                   # tests: the thread takes no job while set (hold())
+    int refs                   # the CompressorThread, the thread (once started)
+    int codec
+    int level                  # zstd level; LZ4 frame level (0: fast mode)
+    int notify_fd              # the pipe's write end, -1 when nobody listens
+    int notified               # a byte was written that the loop has not read yet
+    unsigned long long done_jobs
+    unsigned long long failed_jobs
+
+
+cdef void release_job(Job* job) noexcept nogil:
+    # Called with the lock held, by a holder letting go.
+    job.refs -= 1
+    if job.refs == 0:
+        free(job.src)
+        free(job.dst)
+        free(job)
+
+
+cdef void release_shared(Shared* s) noexcept nogil:
+    # Called with the lock held; unlocks it.
+    cdef bint last
+    s.refs -= 1
+    last = s.refs == 0
+    pthread_mutex_unlock(&s.lock)
+    if last:
+        pthread_cond_destroy(&s.work)
+        pthread_cond_destroy(&s.finished)
+        pthread_mutex_destroy(&s.lock)
+        free(s)
+
+
+cdef bint compress(Shared* s, Job* job, ZSTD_CCtx** zctx) noexcept nogil:
+    cdef size_t cap, n
+    cdef LZ4F_preferences_t prefs
+    if s.codec == CODEC_ZSTD:
+        if zctx[0] == NULL:
+            zctx[0] = ZSTD_createCCtx()
+            if zctx[0] == NULL:
+                return False
+        cap = ZSTD_compressBound(job.src_len)
+        job.dst = <char*>malloc(cap if cap else 1)
+        if job.dst == NULL:
+            return False
+        n = ZSTD_compressCCtx(zctx[0], job.dst, cap, job.src, job.src_len, s.level)
+        if ZSTD_isError(n):
+            return False
+    else:
+        # What Kafka's Java writer makes and lz4.frame makes on the loop: independent
+        # 64 KiB blocks, no checksums but the header's, no content size.
+        memset(&prefs, 0, sizeof(prefs))
+        prefs.frameInfo.blockSizeID = LZ4F_max64KB
+        prefs.frameInfo.blockMode = LZ4F_blockIndependent
+        prefs.frameInfo.contentChecksumFlag = LZ4F_noContentChecksum
+        prefs.frameInfo.blockChecksumFlag = LZ4F_noBlockChecksum
+        prefs.compressionLevel = s.level
+        cap = LZ4F_compressFrameBound(job.src_len, &prefs)
+        job.dst = <char*>malloc(cap if cap else 1)
+        if job.dst == NULL:
+            return False
+        n = LZ4F_compressFrame(job.dst, cap, job.src, job.src_len, &prefs)
+        if LZ4F_isError(n):
+            return False
+    job.dst_len = n
+    return True
+
+
+cdef void* work(void* arg) noexcept nogil:
+    """The thread: take jobs in order until told to stop."""
+    cdef Shared* s = <Shared*>arg
+    cdef ZSTD_CCtx* zctx = NULL
+    cdef Job* job
+    cdef sigset_t all_signals
+    cdef bint ok
+    cdef char byte = b"x"
+    cdef ssize_t wrote
+    # Signals go to the interpreter's threads, never here.
+    sigfillset(&all_signals)
+    pthread_sigmask(SIG_BLOCK, &all_signals, NULL)
+    pthread_mutex_lock(&s.lock)
+    while True:
+        while (s.head == NULL or s.held) and not s.stop:
+            pthread_cond_wait(&s.work, &s.lock)
+        job = s.head
+        if job == NULL:
+            break  # stopped, nothing queued
+        s.head = job.next
+        if s.head == NULL:
+            s.tail = NULL
+        job.next = NULL
+        if job.state == CANCELLED or s.stop:
+            if job.state != CANCELLED:
+                job.state = FAILED
+            s.pending -= 1
+            release_job(job)
+            pthread_cond_broadcast(&s.finished)
+            continue
+        job.state = RUNNING
+        pthread_mutex_unlock(&s.lock)
+        ok = compress(s, job, &zctx)
+        pthread_mutex_lock(&s.lock)
+        free(job.src)
+        job.src = NULL
+        if ok:
+            job.state = DONE
+            s.done_jobs += 1
+        else:
+            job.state = FAILED
+            s.failed_jobs += 1
+        s.pending -= 1
+        release_job(job)
+        pthread_cond_broadcast(&s.finished)
+        if not s.notified and s.notify_fd >= 0:
+            # Non-blocking: a full pipe has a byte to read already.
+            s.notified = True
+            wrote = write(s.notify_fd, &byte, 1)
+    if zctx != NULL:
+        ZSTD_freeCCtx(zctx)
+    release_shared(s)  # unlocks
+    return NULL
+
+
+@cython.final
+@cython.no_gc_clear
+@cython.auto_pickle(False)
+cdef class CompressJob:
+    """One batch's records section, compressed by the thread (see the module)."""
+
+    cdef Job* job
+    cdef CompressorThread owner
+
+    def __cinit__(self) -> None:
+        self.job = NULL
+
+    cdef int check(self) except -1:
+        if self.job == NULL:
+            raise RuntimeError("a CompressJob comes from CompressorThread.submit()")
+        return 0
+
+    @property
+    def done(self) -> bool:
+        """Whether the thread is done with it (compressed, or failed)."""
+        self.check()
+        cdef Shared* s = self.owner.s
+        cdef int state
+        if self.owner.pid != getpid():
+            return True  # a forked child has no thread: result() gives None
+        pthread_mutex_lock(&s.lock)
+        state = self.job.state
+        pthread_mutex_unlock(&s.lock)
+        return state >= DONE
+
+    def result(self) -> bytes | None:
+        """The compressed bytes; None if the thread could not compress them (the
+        caller compresses them itself). Waits for the thread, without the GIL."""
+        self.check()
+        cdef Shared* s = self.owner.s
+        cdef Job* job = self.job
+        cdef int state
+        if self.owner.pid != getpid():
+            return None  # a forked child has no thread to wait for
+        with nogil:
+            pthread_mutex_lock(&s.lock)
+            while job.state < DONE:
+                pthread_cond_wait(&s.finished, &s.lock)
+            state = job.state
+            pthread_mutex_unlock(&s.lock)
+        if state != DONE:
+            return None
+        # The thread is done with the job: its dst is ours to read.
+        return PyBytes_FromStringAndSize(job.dst, <Py_ssize_t>job.dst_len)
+
+    def __dealloc__(self) -> None:
+        cdef Shared* s
+        if self.job == NULL or self.owner is None:
+            return
+        s = self.owner.s
+        pthread_mutex_lock(&s.lock)
+        if self.job.state == QUEUED:
+            self.job.state = CANCELLED
+        release_job(self.job)
+        pthread_mutex_unlock(&s.lock)
+        self.job = NULL
+
+
+@cython.final
+@cython.auto_pickle(False)
+cdef class CompressorThread:
+    """A thread that compresses batches of one codec and level (zstd or LZ4).
+
+    ``min_bytes``: smaller records sections are not worth the hand-over and stay on
+    the loop. ``max_pending``: at most this many jobs queued or running; beyond, the
+    loop compresses itself (both cores busy). Started by the first :meth:`submit`;
+    :meth:`attach` tells it the loop to wake when a job is done.
+    """
+
+    cdef Shared* s
+    cdef readonly int codec
+    cdef readonly int level
+    cdef readonly Py_ssize_t min_bytes
+    cdef readonly int max_pending
+    cdef bint started
+    cdef bint closed
+    cdef int pid                   # the process that started the thread
+    cdef object loop
+    cdef object on_done
+    cdef int read_fd
+    cdef int write_fd
+
+    def __cinit__(self, int codec, int level, Py_ssize_t min_bytes=8192,
+                  int max_pending=8) -> None:
+        if codec != CODEC_ZSTD and codec != CODEC_LZ4:
+            raise ValueError(f"the compression thread does zstd (4) and lz4 (3), not {codec}")
+        if max_pending < 1:
+            raise ValueError(f"max_pending must be at least 1, got {max_pending}")
+        self.s = <Shared*>malloc(sizeof(Shared))
+        if self.s == NULL:
+            raise MemoryError()
+        memset(self.s, 0, sizeof(Shared))
+        pthread_mutex_init(&self.s.lock, NULL)
+        pthread_cond_init(&self.s.work, NULL)
+        pthread_cond_init(&self.s.finished, NULL)
+        self.s.refs = 1
+        self.s.codec = codec
+        self.s.level = level
+        self.s.notify_fd = -1
+        self.codec = codec
+        self.level = level
+        self.min_bytes = min_bytes
+        self.max_pending = max_pending
+        self.started = False
+        self.closed = False
+        self.pid = getpid()
+        self.read_fd = -1
+        self.write_fd = -1
+
+    @property
+    def pending(self) -> int:
+        """Jobs queued or running."""
+        cdef int n
+        pthread_mutex_lock(&self.s.lock)
+        n = self.s.pending
+        pthread_mutex_unlock(&self.s.lock)
+        return n
+
+    @property
+    def compressed(self) -> int:
+        """Jobs compressed so far."""
+        cdef unsigned long long n
+        pthread_mutex_lock(&self.s.lock)
+        n = self.s.done_jobs
+        pthread_mutex_unlock(&self.s.lock)
+        return n
+
+    @property
+    def failed(self) -> int:
+        """Jobs the thread could not compress (left to the loop)."""
+        cdef unsigned long long n
+        pthread_mutex_lock(&self.s.lock)
+        n = self.s.failed_jobs
+        pthread_mutex_unlock(&self.s.lock)
+        return n
+
+    @property
+    def running(self) -> bool:
+        """Started and not closed."""
+        return self.started and not self.closed
+
+    def hold(self, bint held) -> None:
+        """Tests: keep the thread from taking a job (True) until released (False);
+        a job it is compressing finishes. Lets a test see a batch still at the thread."""
+        pthread_mutex_lock(&self.s.lock)
+        self.s.held = held
+        pthread_cond_broadcast(&self.s.work)
+        pthread_mutex_unlock(&self.s.lock)
+
+    def attach(self, loop: object, on_done: object) -> None:
+        """Call ``on_done()`` in ``loop`` after jobs finish (once per wake-up of the
+        loop, however many finished). Call :meth:`close` in the loop's thread."""
+        if self.closed:
+            raise RuntimeError("the compression thread is closed")
+        if self.loop is not None:
+            raise RuntimeError("the compression thread is attached already")
+        r, w = os.pipe()
+        os.set_blocking(r, False)
+        os.set_blocking(w, False)
+        self.read_fd = r
+        self.write_fd = w
+        self.loop = loop
+        self.on_done = on_done
+        loop.add_reader(r, self._readable)
+        pthread_mutex_lock(&self.s.lock)
+        self.s.notify_fd = w
+        self.s.notified = False
+        pthread_mutex_unlock(&self.s.lock)
+
+    def _readable(self) -> None:
+        # Read first, then clear `notified`: a job finished after the clear writes
+        # again, and one finished before it is seen by on_done's pass.
+        try:
+            while os.read(self.read_fd, 4096):
+                pass
+        except BlockingIOError:
+            pass
+        pthread_mutex_lock(&self.s.lock)
+        self.s.notified = False
+        pthread_mutex_unlock(&self.s.lock)
+        if self.on_done is not None:
+            self.on_done()
+
+    def submit(self, data: object) -> CompressJob | None:
+        """Copy ``data`` (a buffer) and queue it; None (nothing queued) when it is
+        smaller than ``min_bytes``, ``max_pending`` jobs are pending, or the thread
+        is closed or cannot start."""
+        cdef Py_buffer view
+        cdef Job* job
+        cdef Shared* s = self.s
+        cdef pthread_t thread
+        if self.closed or (self.started and self.pid != getpid()):
+            return None
+        PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+        try:
+            if view.len < self.min_bytes or view.len <= 0:
+                return None
+            pthread_mutex_lock(&s.lock)
+            if s.pending >= self.max_pending:
+                pthread_mutex_unlock(&s.lock)
+                return None
+            pthread_mutex_unlock(&s.lock)
+            if not self.started:
+                # The thread holds a reference of its own to the shared state.
+                s.refs += 1
+                if pthread_create(&thread, NULL, work, s) != 0:
+                    s.refs -= 1
+                    self.closed = True
+                    return None
+                pthread_detach(thread)
+                self.started = True
+                self.pid = getpid()
+            job = <Job*>malloc(sizeof(Job))
+            if job == NULL:
+                return None
+            memset(job, 0, sizeof(Job))
+            job.src = <char*>malloc(<size_t>view.len)
+            if job.src == NULL:
+                free(job)
+                return None
+            memcpy(job.src, view.buf, <size_t>view.len)
+            job.src_len = <size_t>view.len
+            job.state = QUEUED
+            job.refs = 2
+        finally:
+            PyBuffer_Release(&view)
+        cdef CompressJob handle = CompressJob.__new__(CompressJob)
+        handle.job = job
+        handle.owner = self
+        pthread_mutex_lock(&s.lock)
+        if s.tail == NULL:
+            s.head = job
+        else:
+            s.tail.next = job
+        s.tail = job
+        s.pending += 1
+        pthread_cond_signal(&s.work)
+        pthread_mutex_unlock(&s.lock)
+        return handle
+
+    def close(self) -> None:
+        """Stop the thread (it fails the jobs still queued: their batches are
+        compressed on the loop) and stop listening in the loop. Idempotent."""
+        if self.closed and self.loop is None:
+            return
+        self.closed = True
+        self.stop()
+        if self.loop is not None:
+            try:
+                self.loop.remove_reader(self.read_fd)
+            except Exception:  # a loop closed meanwhile has nothing to remove
+                pass
+            self.loop = None
+            self.on_done = None
+        if self.read_fd >= 0:
+            os.close(self.read_fd)
+            self.read_fd = -1
+        if self.write_fd >= 0:
+            os.close(self.write_fd)
+            self.write_fd = -1
+
+    cdef void stop(self) noexcept:
+        pthread_mutex_lock(&self.s.lock)
+        self.s.stop = True
+        self.s.notify_fd = -1
+        pthread_cond_broadcast(&self.s.work)
+        pthread_mutex_unlock(&self.s.lock)
+
+    def __dealloc__(self) -> None:
+        if self.s == NULL:
+            return
+        self.stop()
+        if self.write_fd >= 0:
+            os.close(self.write_fd)
+        if self.read_fd >= 0:
+            os.close(self.read_fd)
+        pthread_mutex_lock(&self.s.lock)
+        release_shared(self.s)  # unlocks; frees it unless the thread still runs
+        self.s = NULL
