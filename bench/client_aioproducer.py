@@ -1,7 +1,9 @@
 """Runner for aioproducer (ours), through its public API only.
 
 Rows: ``aioproducer`` (asyncio loop), ``aioproducer+uvloop``, ``aioproducer-send_many``
-(the bulk API), and ``@1MB`` variants with librdkafka's default batch size.
+(the bulk API), ``@1MB`` variants with librdkafka's default batch size, and
+``-loopcomp`` variants that compress on the event loop (``compression_thread=False``;
+compressed scenarios only).
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ def _options(args: RunArgs) -> dict[str, Any]:
         opts["linger_ms"] = args.linger_ms
     if args.compression:
         opts["compression_type"] = args.compression
+        if not args.compression_thread:
+            opts["compression_thread"] = False
     if args.batch_size:
         opts["batch_size"] = args.batch_size
         opts["max_request_size"] = max(args.batch_size + 65536, 1048576)
@@ -100,6 +104,8 @@ def run(args: RunArgs) -> Measured:
         raise Skip("send_many is measured in throughput scenarios only")
     if args.api == "send_many" and args.topics != 1:
         raise Skip("send_many is measured with one topic only")
+    if not args.compression_thread and not args.compression:
+        raise Skip("the rows that compress on the loop are for compressed scenarios")
     if args.loop == "uvloop":
         try:
             import uvloop  # noqa: F401

@@ -122,6 +122,12 @@ CLIENTS: list[Client] = [
            {"loop": "asyncio", "batch_size": 1_000_000}),
     Client("aioproducer-send_many@1MB", "aioproducer", "aioproducer",
            {"loop": "asyncio", "api": "send_many", "batch_size": 1_000_000}),
+    # Compression on the event loop, not on the compression thread (the compressed
+    # scenarios only): what the thread gives, in the same run.
+    Client("aioproducer-loopcomp", "aioproducer", "aioproducer",
+           {"loop": "asyncio", "compression_thread": False}),
+    Client("aioproducer-send_many-loopcomp", "aioproducer", "aioproducer",
+           {"loop": "asyncio", "api": "send_many", "compression_thread": False}),
     Client("aiokafka", "aiokafka", "aiokafka", {"loop": "asyncio"}),
     Client("aiokafka+uvloop", "aiokafka", "aiokafka", {"loop": "uvloop"}),
     Client("confluent-kafka", "confluent", "confluent-kafka"),
@@ -166,6 +172,8 @@ class RunArgs:
     api: str = "send"
     batch_size: int | None = None
     """Overrides the client's default batch size (aioproducer rows only)."""
+    compression_thread: bool = True
+    """aioproducer rows: False compresses on the event loop (``-loopcomp`` rows)."""
     kafka_libs: str | None = None
     topics: int = 1
     """Record ``i`` goes to topic ``i % topics`` of :func:`topic_names` (round robin);

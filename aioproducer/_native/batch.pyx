@@ -296,11 +296,11 @@ cdef class BatchBuilder:
         """Hand the records to ``thread`` (a :class:`CompressorThread` of this batch's
         codec) to compress them now, before the batch closes; the batch takes no more
         records from here on. False (nothing changed) if the thread declines (too
-        small, too busy, closed), or if the batch is empty, closed, uncompressed or
-        handed over already."""
-        if self.closed_ or not self.codec_ or self.count == 0 or self.pending is not None:
-            return False
-        self.check_block()
+        small, too busy, closed), or if the batch is empty, closed, uncompressed,
+        handed over already or done with its block."""
+        if self.closed_ or not self.codec_ or self.count == 0 or self.pending is not None \
+                or self.block.state != BLOCK_LIVE:
+            return False  # (a batch failed before it closed has given its block back)
         src = PyMemoryView_FromMemory(self.block.data + HEADER_SIZE, self.pos - HEADER_SIZE,
                                       PyBUF_READ)
         try:

@@ -336,3 +336,34 @@ async def test_consume_transform_produce_example(txn_broker: TxnBroker,
     finally:
         consumer.close()
     assert [tp.offset for tp in committed] == [high0, high1]
+
+
+async def test_a_transaction_commits_batches_the_compression_thread_made(
+        txn_broker: TxnBroker, topic_factory: Any) -> None:
+    """zstd batches compressed on the compression thread (tests/broker/
+    test_compression_thread.py): the commit waits for them, and read_committed reads
+    every record once, in order, field for field."""
+    topic = topic_factory(partitions=2)
+    rng = random.Random(20261128)
+    words = [rng.randbytes(rng.randint(2, 9)).hex().encode() for _ in range(300)]
+    recs = [(b"k%d" % (i % 500), b" ".join(rng.choice(words) for _ in range(30)))
+            for i in range(20_000)]
+    async with Producer(bootstrap_servers=txn_broker.bootstrap, compression_type="zstd",
+                        batch_size=32_768,
+                        transactional_id=f"thread-{txn_broker.version}-{time.time_ns()}"
+                        ) as producer:
+        await producer.init_transactions()
+        producer.begin_transaction()
+        futs = [await producer.send(topic, v, key=k) for k, v in recs]
+        await asyncio.wait_for(producer.commit_transaction(), 60)
+        metas = [f.result() for f in futs]
+        thread = producer._accumulator.offload
+        assert thread is not None and thread.compressed >= 5, thread
+    got = consume_all(txn_broker.bootstrap, topic, len(recs), isolation="read_committed")
+    by_pos = {(m.partition, m.offset): (m.key, m.value) for m in got}
+    assert len(by_pos) == len(got) == len(recs)
+    assert [by_pos[(m.partition, m.offset)] for m in metas] == recs
+    per_partition: dict[int, list[int]] = defaultdict(list)
+    for m in metas:
+        per_partition[m.partition].append(m.offset)
+    assert all(offs == sorted(offs) for offs in per_partition.values())

@@ -205,8 +205,8 @@ async def test_the_loop_is_woken_once_jobs_are_done() -> None:
         thread.close()
 
 
-def _batch(codec: str, size: int = 1 << 17) -> ProducerBatch:
-    pool = BufferPool(1 << 20, size)
+def _batch(codec: str, size: int = 1 << 17, pool: BufferPool | None = None) -> ProducerBatch:
+    pool = pool or BufferPool(1 << 20, size)
     block = pool.try_allocate(size)
     assert block is not None
     batch = ProducerBatch(("t", 0), block, None, 0.0)
@@ -278,6 +278,14 @@ def test_uncompressed_empty_or_small_batches_are_not_handed_over() -> None:
         plain = ProducerBatch(("t", 0), block, None, 0.0)
         plain.builder.append(0, None, b"x" * 20_000, None)
         assert not plain.builder.compress_ahead(thread)
+        # A batch that failed before it closed (its block back in the pool): the
+        # accumulator may still find it as the partition's last batch.
+        gone_pool = BufferPool(1 << 20, 1 << 17)
+        gone = _batch("zstd", pool=gone_pool)
+        gone.builder.append(0, None, b"x" * 20_000, None)
+        gone_pool.release(gone.builder.block)
+        assert not gone.builder.compress_ahead(thread)
+        assert thread.pending == 0
     finally:
         thread.close()
 
