@@ -523,6 +523,11 @@ class RecordAccumulator:
         """Learn the topic's compression ratio from a batch that was just closed."""
         b = batch.builder
         if self.codec and b.records_size:
+            if self.offload is not None and b.compress_ns \
+                    and b.records_size >= self.offload.min_bytes:
+                # Compressed on the loop: what the codec costs on this data, for the
+                # compression thread's choice of the batches worth handing over.
+                self.offload.observe(b.records_size, b.compress_ns)
             if b.compression:
                 self.ratios.observe(batch.topic, b.records_size,
                                     b.size_in_bytes - BATCH_HEADER_SIZE)

@@ -148,6 +148,10 @@ def lz4_frame_level(level: int) -> int:
 #: Records sections smaller than this stay on the event loop: handing them to the
 #: compression thread costs more than compressing them (docs/performance.md).
 THREAD_MIN_BYTES = {"zstd": 8192, "lz4": 16384}
+#: ...and so do those the codec is expected to compress in less CPU time than this,
+#: from what it cost so far on the producer's data (data that compresses very well
+#: goes through zstd and LZ4 at gigabytes per second).
+THREAD_MIN_SECONDS = 100e-6
 
 
 def make_compression_thread(name: str, level: int) -> CompressorThread | None:
@@ -157,9 +161,11 @@ def make_compression_thread(name: str, level: int) -> CompressorThread | None:
     from ._native.compressor import CompressorThread
 
     if name == "zstd":
-        return CompressorThread(4, level, THREAD_MIN_BYTES[name])
+        return CompressorThread(4, level, THREAD_MIN_BYTES[name],
+                                min_seconds=THREAD_MIN_SECONDS)
     if name == "lz4":
-        return CompressorThread(3, lz4_frame_level(level), THREAD_MIN_BYTES[name])
+        return CompressorThread(3, lz4_frame_level(level), THREAD_MIN_BYTES[name],
+                                min_seconds=THREAD_MIN_SECONDS)
     return None
 
 

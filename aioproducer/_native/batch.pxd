@@ -62,6 +62,8 @@ cdef class BatchBuilder:
     cdef int applied_codec         # codec of the closed batch (0 if sent uncompressed)
     cdef object compressor         # records section -> compressed bytes-like
     cdef object pending            # its CompressJob on the compression thread, or None
+    cdef int64_t compress_ns_      # CPU ns of its compression on the loop (0: none, or
+                                   # done by the compression thread)
     cdef Py_ssize_t records_size_  # uncompressed bytes of the records section
     cdef int32_t count             # records appended
     cdef int64_t base_ts           # timestamp of the first record (baseTimestamp)

@@ -32,6 +32,9 @@ class BatchBuilder:
         """Hand the records to the compression thread now; the batch takes no more
         records. False (nothing changed) if the thread declines or nothing to do."""
     @property
+    def compress_ns(self) -> int:
+        """CPU ns its compression took on the loop (0: not compressed there)."""
+    @property
     def compressing(self) -> bool:
         """Its records are with the compression thread, not done yet."""
     def append(

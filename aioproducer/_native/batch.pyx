@@ -49,6 +49,24 @@ from libc.stdint cimport (
 )
 
 from .debug cimport AIOP_DEBUG
+
+
+cdef extern from "<time.h>" nogil:
+    ctypedef long time_t
+    cdef struct timespec:
+        time_t tv_sec
+        long tv_nsec
+    int clock_gettime(int clock, timespec* ts)
+    enum:
+        CLOCK_THREAD_CPUTIME_ID
+
+
+cdef inline int64_t thread_cpu_ns() noexcept nogil:
+    # This thread's CPU time (the loop's compressions, for the compression thread's
+    # choice of what to take: see compressor.pyx).
+    cdef timespec ts
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts)
+    return <int64_t>ts.tv_sec * 1000000000 + ts.tv_nsec
 from .pool cimport BLOCK_LIVE, BLOCK_RELEASED, Block
 from .wire cimport (
     Writer,
@@ -258,6 +276,7 @@ cdef class BatchBuilder:
         self.applied_codec = 0
         self.compressor = None
         self.pending = None
+        self.compress_ns_ = 0
         self.records_size_ = 0
         self.pos = HEADER_SIZE
         self.count = 0
@@ -314,6 +333,12 @@ cdef class BatchBuilder:
         # compresses the records as they are now).
         self.limit = self.pos
         return True
+
+    @property
+    def compress_ns(self) -> int:
+        """CPU nanoseconds its compression took on this thread (0 if not compressed
+        here: uncompressed, not closed yet, or compressed by the compression thread)."""
+        return self.compress_ns_
 
     @property
     def compressing(self) -> bool:
@@ -666,10 +691,12 @@ cdef class BatchBuilder:
             result = job.result()
         if result is None:
             src = PyMemoryView_FromMemory(self.block.data + HEADER_SIZE, n, PyBUF_READ)
+            started = thread_cpu_ns()
             try:
                 result = self.compressor(src)
             finally:
                 src.release()
+            self.compress_ns_ = thread_cpu_ns() - started
         out.acquired = False
         acquire(result, &out, b"compressed records", -1)
         try:

@@ -23,9 +23,21 @@ class CompressorThread:
     codec: int
     level: int
     min_bytes: int
+    min_ns: float
     max_pending: int
     def __init__(self, codec: int, level: int, min_bytes: int = 8192,
-                 max_pending: int = 8) -> None: ...
+                 max_pending: int = 8, min_seconds: float = 0.0) -> None: ...
+    def observe(self, nbytes: int, ns: int) -> None:
+        """A sample of the codec's cost: ``nbytes`` compressed in ``ns`` CPU ns."""
+    @property
+    def seconds_per_mib(self) -> float:
+        """The codec's cost on this data so far, CPU seconds per MiB (0: unknown)."""
+    @property
+    def busy_seconds(self) -> float:
+        """The thread's CPU time in the codecs so far."""
+    @property
+    def compressed_bytes(self) -> int:
+        """Bytes of records the thread compressed so far."""
     @property
     def pending(self) -> int:
         """Jobs queued or running."""

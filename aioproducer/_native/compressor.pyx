@@ -45,6 +45,16 @@ cdef extern from "<signal.h>" nogil:
         SIG_BLOCK
 
 
+cdef extern from "<time.h>" nogil:
+    ctypedef long time_t
+    cdef struct timespec:
+        time_t tv_sec
+        long tv_nsec
+    int clock_gettime(int clock, timespec* ts)
+    enum:
+        CLOCK_THREAD_CPUTIME_ID
+
+
 cdef extern from "<unistd.h>" nogil:
     ssize_t write(int fd, const void* buf, size_t n)
     int getpid()
@@ -83,6 +93,11 @@ cdef extern from "zstd/zstd.h" nogil:
                              size_t n, int level)
     size_t ZSTD_compressBound(size_t n)
     unsigned ZSTD_isError(size_t code)
+    ctypedef enum ZSTD_cParameter:
+        ZSTD_c_compressionLevel
+    size_t ZSTD_CCtx_setParameter(ZSTD_CCtx* cctx, ZSTD_cParameter param, int value)
+    size_t ZSTD_compress2(ZSTD_CCtx* cctx, void* dst, size_t cap, const void* src,
+                          size_t n)
 
 
 cdef extern from "lz4/lz4frame.h" nogil:
@@ -114,6 +129,11 @@ cdef extern from "lz4/lz4frame.h" nogil:
 cdef enum:
     CODEC_LZ4 = 3
     CODEC_ZSTD = 4
+
+# Of the batches worth handing over, the loop still compresses one in this many itself,
+# to keep its cost per byte current (observe()) when the data changes.
+cdef enum:
+    SAMPLE_EVERY = 16
 
 # Job states.
 cdef enum:
@@ -150,6 +170,11 @@ cdef struct Shared:
     int notified               # a byte was written that the loop has not read yet
     unsigned long long done_jobs
     unsigned long long failed_jobs
+    unsigned long long busy_ns    # the thread's CPU time in the codecs
+    unsigned long long in_bytes   # bytes it compressed
+    double ns_per_byte            # the codec's cost on this data, on the loop: a moving
+                                  # average of the loop's own compressions (observe());
+                                  # 0 until the first
 
 
 cdef void release_job(Job* job) noexcept nogil:
@@ -174,19 +199,35 @@ cdef void release_shared(Shared* s) noexcept nogil:
         free(s)
 
 
+cdef void learn(Shared* s, double ns_per_byte) noexcept nogil:
+    # Called with the lock held. Down at once, up over about eight batches: a slow
+    # sample is often the machine's (a cold cache, the codec's first allocations, the
+    # core taken by another process), and erring low keeps batches on the loop, as
+    # without the thread.
+    if s.ns_per_byte == 0 or ns_per_byte < s.ns_per_byte:
+        s.ns_per_byte = ns_per_byte
+    else:
+        s.ns_per_byte += (ns_per_byte - s.ns_per_byte) / 8
+
+
 cdef bint compress(Shared* s, Job* job, ZSTD_CCtx** zctx) noexcept nogil:
     cdef size_t cap, n
     cdef LZ4F_preferences_t prefs
     if s.codec == CODEC_ZSTD:
         if zctx[0] == NULL:
+            # One context for the thread's life, its level set once: each frame then
+            # reuses its tables (ZSTD_compressCCtx resets and clears them per call).
             zctx[0] = ZSTD_createCCtx()
             if zctx[0] == NULL:
+                return False
+            if ZSTD_isError(ZSTD_CCtx_setParameter(zctx[0], ZSTD_c_compressionLevel,
+                                                   s.level)):
                 return False
         cap = ZSTD_compressBound(job.src_len)
         job.dst = <char*>malloc(cap if cap else 1)
         if job.dst == NULL:
             return False
-        n = ZSTD_compressCCtx(zctx[0], job.dst, cap, job.src, job.src_len, s.level)
+        n = ZSTD_compress2(zctx[0], job.dst, cap, job.src, job.src_len)
         if ZSTD_isError(n):
             return False
     else:
@@ -218,6 +259,8 @@ cdef void* work(void* arg) noexcept nogil:
     cdef bint ok
     cdef char byte = b"x"
     cdef ssize_t wrote
+    cdef timespec t0, t1
+    cdef long long spent
     # Signals go to the interpreter's threads, never here.
     sigfillset(&all_signals)
     pthread_sigmask(SIG_BLOCK, &all_signals, NULL)
@@ -241,8 +284,13 @@ cdef void* work(void* arg) noexcept nogil:
             continue
         job.state = RUNNING
         pthread_mutex_unlock(&s.lock)
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0)
         ok = compress(s, job, &zctx)
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1)
         pthread_mutex_lock(&s.lock)
+        spent = (t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec)
+        s.busy_ns += <unsigned long long>spent
+        s.in_bytes += job.src_len
         free(job.src)
         job.src = NULL
         if ok:
@@ -333,16 +381,22 @@ cdef class CompressorThread:
     """A thread that compresses batches of one codec and level (zstd or LZ4).
 
     ``min_bytes``: smaller records sections are not worth the hand-over and stay on
-    the loop. ``max_pending``: at most this many jobs queued or running; beyond, the
-    loop compresses itself (both cores busy). Started by the first :meth:`submit`;
-    :meth:`attach` tells it the loop to wake when a job is done.
+    the loop. ``min_seconds`` (0: no such choice): neither are those the loop would
+    compress faster than that, from what the codec cost it per byte on this producer's data (the loop's
+    compressions, which it reports with :meth:`observe`): until the first report, and
+    for one batch in 16 of those worth handing over, the loop compresses and learns.
+    ``max_pending``: at most this many jobs queued or running; beyond, the loop
+    compresses itself (both cores busy). Started by the first accepted
+    :meth:`submit`; :meth:`attach` tells it the loop to wake when a job is done.
     """
 
     cdef Shared* s
     cdef readonly int codec
     cdef readonly int level
     cdef readonly Py_ssize_t min_bytes
+    cdef readonly double min_ns
     cdef readonly int max_pending
+    cdef unsigned long long taken   # submits that passed the checks (see SAMPLE_EVERY)
     cdef bint started
     cdef bint closed
     cdef int pid                   # the process that started the thread
@@ -352,7 +406,7 @@ cdef class CompressorThread:
     cdef int write_fd
 
     def __cinit__(self, int codec, int level, Py_ssize_t min_bytes=8192,
-                  int max_pending=8) -> None:
+                  int max_pending=8, double min_seconds=0.0) -> None:
         if codec != CODEC_ZSTD and codec != CODEC_LZ4:
             raise ValueError(f"the compression thread does zstd (4) and lz4 (3), not {codec}")
         if max_pending < 1:
@@ -371,7 +425,9 @@ cdef class CompressorThread:
         self.codec = codec
         self.level = level
         self.min_bytes = min_bytes
+        self.min_ns = min_seconds * 1e9
         self.max_pending = max_pending
+        self.taken = 0
         self.started = False
         self.closed = False
         self.pid = getpid()
@@ -402,6 +458,42 @@ cdef class CompressorThread:
         cdef unsigned long long n
         pthread_mutex_lock(&self.s.lock)
         n = self.s.failed_jobs
+        pthread_mutex_unlock(&self.s.lock)
+        return n
+
+    def observe(self, Py_ssize_t nbytes, long long ns) -> None:
+        """The loop compressed ``nbytes`` of records in ``ns`` nanoseconds of CPU: a
+        sample of the codec's cost on this data, for the next :meth:`submit`."""
+        if nbytes <= 0 or ns <= 0:
+            return
+        pthread_mutex_lock(&self.s.lock)
+        learn(self.s, <double>ns / <double>nbytes)
+        pthread_mutex_unlock(&self.s.lock)
+
+    @property
+    def seconds_per_mib(self) -> float:
+        """The codec's cost on this data so far, CPU seconds per MiB (0: unknown)."""
+        cdef double v
+        pthread_mutex_lock(&self.s.lock)
+        v = self.s.ns_per_byte
+        pthread_mutex_unlock(&self.s.lock)
+        return v * 1048576 / 1e9
+
+    @property
+    def busy_seconds(self) -> float:
+        """The thread's CPU time in the codecs so far."""
+        cdef unsigned long long n
+        pthread_mutex_lock(&self.s.lock)
+        n = self.s.busy_ns
+        pthread_mutex_unlock(&self.s.lock)
+        return n / 1e9
+
+    @property
+    def compressed_bytes(self) -> int:
+        """Bytes of records the thread compressed so far."""
+        cdef unsigned long long n
+        pthread_mutex_lock(&self.s.lock)
+        n = self.s.in_bytes
         pthread_mutex_unlock(&self.s.lock)
         return n
 
@@ -453,13 +545,16 @@ cdef class CompressorThread:
             self.on_done()
 
     def submit(self, data: object) -> CompressJob | None:
-        """Copy ``data`` (a buffer) and queue it; None (nothing queued) when it is
-        smaller than ``min_bytes``, ``max_pending`` jobs are pending, or the thread
-        is closed or cannot start."""
+        """Copy ``data`` (a buffer) and queue it; None (nothing queued: the caller
+        compresses it) when it is smaller than ``min_bytes``, its cost on the loop is
+        unknown or under ``min_seconds``, it is the one in 16 the loop samples,
+        ``max_pending`` jobs are pending, or the thread is closed or cannot start."""
         cdef Py_buffer view
         cdef Job* job
         cdef Shared* s = self.s
         cdef pthread_t thread
+        cdef double cost
+        cdef bint busy
         if self.closed or (self.started and self.pid != getpid()):
             return None
         PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
@@ -467,10 +562,17 @@ cdef class CompressorThread:
             if view.len < self.min_bytes or view.len <= 0:
                 return None
             pthread_mutex_lock(&s.lock)
-            if s.pending >= self.max_pending:
-                pthread_mutex_unlock(&s.lock)
-                return None
+            cost = s.ns_per_byte * <double>view.len
+            busy = s.pending >= self.max_pending
             pthread_mutex_unlock(&s.lock)
+            if busy:
+                return None
+            if self.min_ns > 0:  # (0: every batch over min_bytes goes)
+                if cost == 0 or cost < self.min_ns:
+                    return None  # (unknown cost: the loop compresses it, and learns it)
+                self.taken += 1
+                if self.taken % SAMPLE_EVERY == 0:
+                    return None  # the loop compresses one in SAMPLE_EVERY: a fresh cost
             if not self.started:
                 # The thread holds a reference of its own to the shared state.
                 s.refs += 1

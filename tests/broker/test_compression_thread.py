@@ -52,6 +52,16 @@ def _offload(producer: Producer) -> CompressorThread:
     return thread
 
 
+def _eager(producer: Producer) -> Producer:
+    """The producer's thread takes every full batch of 8 KiB or more, whatever the
+    codec costs the loop on this data (the default leaves batches that compress in
+    under 100 us on the loop, a choice that depends on the machine's speed): these
+    tests need batches at the thread. Before start(), which attaches it."""
+    thread = _offload(producer)
+    producer._accumulator.offload = CompressorThread(thread.codec, thread.level, 8192)
+    return producer
+
+
 def _check_read_back(bootstrap: str, topic: str, recs: list[Rec], metas: list[Any],
                      isolation: str = "read_uncommitted") -> dict[int, int]:
     got = consume_all(bootstrap, topic, len(recs), timeout=120, isolation=isolation)
@@ -80,8 +90,8 @@ async def test_batches_compressed_on_the_thread_read_back(
     topic = topic_factory(partitions=3)
     recs = _records(40_000, SEED)
     print(f"seed={SEED}")
-    async with Producer(bootstrap_servers=kafka_bootstrap, compression_type=codec,
-                        batch_size=65_536) as producer:
+    async with _eager(Producer(bootstrap_servers=kafka_bootstrap, compression_type=codec,
+                               batch_size=65_536)) as producer:
         thread = _offload(producer)
         futs = [await producer.send(topic, v, key=k, headers=h) for k, v, h in recs]
         await producer.flush()
@@ -127,8 +137,8 @@ async def test_batches_wait_for_the_thread_and_its_wakeup_sends_them(
     wake-up, flush() would wait for the linger of 60 s.)"""
     topic = topic_factory(partitions=1)
     recs = _records(20_000, SEED + 2)
-    async with Producer(bootstrap_servers=kafka_bootstrap, compression_type="zstd",
-                        batch_size=32_768, linger_ms=60_000) as producer:
+    async with _eager(Producer(bootstrap_servers=kafka_bootstrap, compression_type="zstd",
+                               batch_size=32_768, linger_ms=60_000)) as producer:
         await asyncio.wait_for(producer.send_and_wait(topic, b"warm-up"), BOUND)
         thread = _offload(producer)
         thread.hold(True)
@@ -160,8 +170,8 @@ async def test_close_with_batches_at_a_held_thread_loses_nothing_acknowledged(
     in the topic once, and nothing else is."""
     topic = topic_factory(partitions=2)
     recs = _records(15_000, SEED + 3)
-    producer = Producer(bootstrap_servers=kafka_bootstrap, compression_type="lz4",
-                        batch_size=32_768)
+    producer = _eager(Producer(bootstrap_servers=kafka_bootstrap, compression_type="lz4",
+                               batch_size=32_768))
     await producer.start()
     await asyncio.wait_for(producer.send_and_wait(topic, b"warm-up", partition=0), BOUND)
     thread = _offload(producer)

@@ -221,10 +221,39 @@ def _records(n: int) -> list[tuple[int, bytes, bytes, None]]:
             for i in range(n)]
 
 
+def test_only_batches_the_loop_would_spend_time_on_go() -> None:
+    """With ``min_seconds``, the choice follows what the codec cost the loop per byte
+    (observe): nothing goes until it is known, a batch expected to take less than
+    ``min_seconds`` stays, and one in 16 of those worth it stays too (a fresh sample).
+    A sample lower than the estimate replaces it; a higher one moves it by an eighth."""
+    thread = CompressorThread(4, 3, min_bytes=1000, min_seconds=100e-6, max_pending=64)
+    try:
+        data = bytes(100_000)
+        assert thread.seconds_per_mib == 0
+        assert thread.submit(data) is None  # cost unknown: the loop compresses, learns
+        thread.observe(100_000, 50_000)  # 0.5 ns per byte: 50 us for this batch
+        assert thread.submit(data) is None
+        assert thread.submit(data * 3) is not None  # 150 us
+        thread.observe(100_000, 500_000)  # slower data: up by an eighth, to 1.06 ns/B
+        assert thread.seconds_per_mib == pytest.approx(1.0625e-9 * 1048576)
+        taken = [thread.submit(data) is not None for _ in range(40)]
+        # 40 calls after the one accepted above: calls 15 and 31 are the loop's samples.
+        assert [i for i, t in enumerate(taken) if not t] == [14, 30]
+        thread.observe(1000, 100)  # a fast sample replaces the estimate at once
+        assert thread.seconds_per_mib == pytest.approx(0.1e-9 * 1048576)
+        assert thread.submit(data * 3) is None
+        thread.observe(0, 5)  # nothing learnt from nothing
+        thread.observe(5, 0)
+        assert thread.seconds_per_mib == pytest.approx(0.1e-9 * 1048576)
+    finally:
+        thread.close()
+
+
 @pytest.mark.parametrize("codec", ["zstd", "lz4"])
 def test_a_batch_handed_over_is_sealed_and_closes_with_the_threads_bytes(codec: str) -> None:
     thread = make_compression_thread(codec, 3 if codec == "zstd" else 9)
     assert thread is not None
+    thread.observe(1, 1_000_000)  # as if the loop found this data slow to compress
     try:
         batch = _batch(codec)
         records = _records(300)
@@ -298,6 +327,7 @@ async def test_the_accumulator_hands_a_full_batch_over_and_waits_for_it() -> Non
     inject failing ones) is not bypassed."""
     thread = make_compression_thread("zstd", 3)
     assert thread is not None
+    thread.observe(1, 1_000_000)  # as if the loop found this data slow to compress
     acc = RecordAccumulator(batch_size=16_384, buffer_memory=1 << 22, linger_ms=60_000,
                             retry_backoff_ms=10, retry_backoff_max_ms=100,
                             delivery_timeout_ms=60_000, codec=4,
@@ -334,7 +364,23 @@ async def test_the_accumulator_hands_a_full_batch_over_and_waits_for_it() -> Non
             got = [r[2] for r in records_of_batch(view)]
         assert got == values[:len(got)] and len(got) == first.record_count
 
+        # The loop's own compressions (of batches big enough) teach the thread what
+        # the codec costs: this data compresses fast, nothing more goes.
+        batch_closed_before = thread.seconds_per_mib
+        acc.batch_closed(first)  # compressed by the thread: nothing learnt
+        assert thread.seconds_per_mib == batch_closed_before
+        loop_made = _batch("zstd")
+        for r in _records(200):
+            loop_made.builder.append(*r)
+        loop_made.builder.close()
+        assert loop_made.builder.compress_ns > 0
+        acc.batch_closed(loop_made)
+        assert thread.seconds_per_mib < batch_closed_before
+        assert thread.seconds_per_mib == pytest.approx(
+            loop_made.builder.compress_ns / loop_made.builder.records_size * 1048576 / 1e9)
+
         # A replaced compressor is the one used: nothing more goes to the thread.
+        thread.observe(1, 1_000_000)
         acc.compressor = make_compressor("zstd", 1)
         for v in values * 3:
             await acc.append("t", info, 0, 0, None, v, None, 300, sticky=None,
