@@ -151,7 +151,7 @@ THREAD_MIN_BYTES = {"zstd": 8192, "lz4": 16384}
 #: ...and so do those the codec is expected to compress in less CPU time than this,
 #: from what it cost so far on the producer's data (data that compresses very well
 #: goes through zstd and LZ4 at gigabytes per second).
-THREAD_MIN_SECONDS = 100e-6
+THREAD_MIN_SECONDS = 200e-6
 
 
 def make_compression_thread(name: str, level: int) -> CompressorThread | None:

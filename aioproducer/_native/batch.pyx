@@ -320,12 +320,11 @@ cdef class BatchBuilder:
         if self.closed_ or not self.codec_ or self.count == 0 or self.pending is not None \
                 or self.block.state != BLOCK_LIVE:
             return False  # (a batch failed before it closed has given its block back)
-        src = PyMemoryView_FromMemory(self.block.data + HEADER_SIZE, self.pos - HEADER_SIZE,
-                                      PyBUF_READ)
-        try:
-            job = thread.submit(src)
-        finally:
-            src.release()
+        # An export of the block (it counts in Block.exports): the thread reads the
+        # records in place, and the job holds the export until it is done with them,
+        # so that the pool neither reuses nor frees the block before (a released block
+        # that is still exported waits in the pool's quarantine).
+        job = thread.submit(self.block.view(HEADER_SIZE, self.pos))
         if job is None:
             return False
         self.pending = job

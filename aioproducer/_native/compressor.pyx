@@ -10,9 +10,11 @@ waits for jobs, compresses each with the vendored libzstd or liblz4 (``vendor/``
 tells the loop through a pipe that something is done; the loop side only copies bytes
 in and out, under a mutex held for a few instructions.
 
-A job is a copy of a full batch's records section, made by the loop when the batch is
-full and handed over at once (:meth:`CompressorThread.submit`); the batch is sealed
-against appends then, and the loop goes on filling the partition's next batch. When
+A job is a full batch's records section, handed over when the batch is found full
+(:meth:`CompressorThread.submit`): the thread reads it in place, through a buffer
+export of the batch's block that the job holds until the thread is done with it. The
+batch is sealed against appends then, and the loop goes on filling the partition's
+next batch. When
 the Sender takes the batch, :meth:`CompressJob.result` gives the compressed bytes
 (waiting, without the GIL, if they are not ready yet); the Sender leaves a batch whose
 job is still running for its next pass (``done``), woken by the pipe. A job that failed
@@ -21,17 +23,18 @@ loop as before.
 
 Lifetimes: a job is shared by its :class:`CompressJob` and the thread, counted in
 ``refs`` under the mutex; whoever lets go last frees it. The thread's state is shared
-the same way by the :class:`CompressorThread` and the thread. The job owns its input
-and output memory (``malloc``), never the pool's blocks: a batch aborted or expired
-while its job runs returns its block to the pool at once, and nothing of the thread's
-points into it.
+the same way by the :class:`CompressorThread` and the thread. The records stay valid
+while the thread reads them: the :class:`CompressJob` holds an export of the block
+(the pool quarantines an exported block that is released, and frees it only when
+the export goes), and a :class:`CompressJob` dropped while its job runs waits for it
+first. The output buffers are the thread's own (``malloc``, kept for reuse).
 """
 
 cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.stdlib cimport free, malloc
-from libc.string cimport memcpy, memset
+from libc.string cimport memset
 
 import os
 
@@ -146,12 +149,26 @@ cdef enum:
 
 cdef struct Job:
     Job* next
-    char* src                  # the records section's copy (freed once compressed)
+    const char* src            # the records section: the batch's block, borrowed
     size_t src_len
     char* dst                  # the compressed bytes (DONE)
     size_t dst_len
+    size_t dst_cap
     int state
     int refs                   # the CompressJob, the thread
+
+
+# Buffers kept for the next jobs: a fresh malloc of a few hundred KiB comes from mmap
+# and pays a page fault per 4 KiB on first write, more than the copy itself (perf:
+# 130 us per 256 KiB job on the loop). Sizes are rounded up to 64 KiB.
+cdef enum:
+    SPARE_MAX = 12
+    SPARE_ROUND = 65536
+
+
+cdef struct Spare:
+    char* ptr
+    size_t cap
 
 
 cdef struct Shared:
@@ -175,44 +192,104 @@ cdef struct Shared:
     double ns_per_byte            # the codec's cost on this data, on the loop: a moving
                                   # average of the loop's own compressions (observe());
                                   # 0 until the first
+    double thread_ns_per_byte     # ...and on the thread, from its jobs
+    Spare spares[SPARE_MAX]       # buffers for the next jobs (see SPARE_MAX)
+    int n_spares
 
 
-cdef void release_job(Job* job) noexcept nogil:
+cdef char* take_spare(Shared* s, size_t need, size_t* cap) noexcept nogil:
+    # Called with the lock held: the smallest spare of at least ``need`` bytes, or a
+    # new buffer (NULL if there is no memory).
+    cdef int i, best = -1
+    cdef char* p
+    for i in range(s.n_spares):
+        if s.spares[i].cap >= need and (best < 0 or s.spares[i].cap < s.spares[best].cap):
+            best = i
+    if best >= 0:
+        p = s.spares[best].ptr
+        cap[0] = s.spares[best].cap
+        s.n_spares -= 1
+        s.spares[best] = s.spares[s.n_spares]
+        return p
+    cap[0] = (need + SPARE_ROUND - 1) // SPARE_ROUND * SPARE_ROUND
+    if cap[0] == 0:
+        cap[0] = SPARE_ROUND
+    return <char*>malloc(cap[0])
+
+
+cdef void give_spare(Shared* s, char* p, size_t cap) noexcept nogil:
+    # Called with the lock held.
+    if p == NULL:
+        return
+    if s.n_spares < SPARE_MAX:
+        s.spares[s.n_spares].ptr = p
+        s.spares[s.n_spares].cap = cap
+        s.n_spares += 1
+    else:
+        free(p)
+
+
+cdef void release_job(Shared* s, Job* job) noexcept nogil:
     # Called with the lock held, by a holder letting go.
     job.refs -= 1
     if job.refs == 0:
-        free(job.src)
-        free(job.dst)
+        give_spare(s, job.dst, job.dst_cap)
         free(job)
 
 
 cdef void release_shared(Shared* s) noexcept nogil:
     # Called with the lock held; unlocks it.
     cdef bint last
+    cdef int i
     s.refs -= 1
     last = s.refs == 0
     pthread_mutex_unlock(&s.lock)
     if last:
+        for i in range(s.n_spares):
+            free(s.spares[i].ptr)
         pthread_cond_destroy(&s.work)
         pthread_cond_destroy(&s.finished)
         pthread_mutex_destroy(&s.lock)
         free(s)
 
 
-cdef void learn(Shared* s, double ns_per_byte) noexcept nogil:
+cdef void learn(double* estimate, double ns_per_byte) noexcept nogil:
     # Called with the lock held. Down at once, up over about eight batches: a slow
     # sample is often the machine's (a cold cache, the codec's first allocations, the
     # core taken by another process), and erring low keeps batches on the loop, as
     # without the thread.
-    if s.ns_per_byte == 0 or ns_per_byte < s.ns_per_byte:
-        s.ns_per_byte = ns_per_byte
+    if estimate[0] == 0 or ns_per_byte < estimate[0]:
+        estimate[0] = ns_per_byte
     else:
-        s.ns_per_byte += (ns_per_byte - s.ns_per_byte) / 8
+        estimate[0] += (ns_per_byte - estimate[0]) / 8
+
+
+cdef void lz4_prefs(Shared* s, LZ4F_preferences_t* prefs) noexcept nogil:
+    # What Kafka's Java writer makes and lz4.frame makes on the loop: independent
+    # 64 KiB blocks, no checksums but the header's, no content size.
+    memset(prefs, 0, sizeof(LZ4F_preferences_t))
+    prefs.frameInfo.blockSizeID = LZ4F_max64KB
+    prefs.frameInfo.blockMode = LZ4F_blockIndependent
+    prefs.frameInfo.contentChecksumFlag = LZ4F_noContentChecksum
+    prefs.frameInfo.blockChecksumFlag = LZ4F_noBlockChecksum
+    prefs.compressionLevel = s.level
+
+
+cdef size_t bound(Shared* s, size_t n) noexcept nogil:
+    # The largest compressed size of n bytes.
+    cdef LZ4F_preferences_t prefs
+    if s.codec == CODEC_ZSTD:
+        return ZSTD_compressBound(n)
+    lz4_prefs(s, &prefs)
+    return LZ4F_compressFrameBound(n, &prefs)
 
 
 cdef bint compress(Shared* s, Job* job, ZSTD_CCtx** zctx) noexcept nogil:
-    cdef size_t cap, n
+    # Into job.dst (job.dst_cap >= bound(s, job.src_len)).
+    cdef size_t n
     cdef LZ4F_preferences_t prefs
+    if job.dst == NULL:
+        return False
     if s.codec == CODEC_ZSTD:
         if zctx[0] == NULL:
             # One context for the thread's life, its level set once: each frame then
@@ -223,27 +300,12 @@ cdef bint compress(Shared* s, Job* job, ZSTD_CCtx** zctx) noexcept nogil:
             if ZSTD_isError(ZSTD_CCtx_setParameter(zctx[0], ZSTD_c_compressionLevel,
                                                    s.level)):
                 return False
-        cap = ZSTD_compressBound(job.src_len)
-        job.dst = <char*>malloc(cap if cap else 1)
-        if job.dst == NULL:
-            return False
-        n = ZSTD_compress2(zctx[0], job.dst, cap, job.src, job.src_len)
+        n = ZSTD_compress2(zctx[0], job.dst, job.dst_cap, job.src, job.src_len)
         if ZSTD_isError(n):
             return False
     else:
-        # What Kafka's Java writer makes and lz4.frame makes on the loop: independent
-        # 64 KiB blocks, no checksums but the header's, no content size.
-        memset(&prefs, 0, sizeof(prefs))
-        prefs.frameInfo.blockSizeID = LZ4F_max64KB
-        prefs.frameInfo.blockMode = LZ4F_blockIndependent
-        prefs.frameInfo.contentChecksumFlag = LZ4F_noContentChecksum
-        prefs.frameInfo.blockChecksumFlag = LZ4F_noBlockChecksum
-        prefs.compressionLevel = s.level
-        cap = LZ4F_compressFrameBound(job.src_len, &prefs)
-        job.dst = <char*>malloc(cap if cap else 1)
-        if job.dst == NULL:
-            return False
-        n = LZ4F_compressFrame(job.dst, cap, job.src, job.src_len, &prefs)
+        lz4_prefs(s, &prefs)
+        n = LZ4F_compressFrame(job.dst, job.dst_cap, job.src, job.src_len, &prefs)
         if LZ4F_isError(n):
             return False
     job.dst_len = n
@@ -279,10 +341,11 @@ cdef void* work(void* arg) noexcept nogil:
             if job.state != CANCELLED:
                 job.state = FAILED
             s.pending -= 1
-            release_job(job)
+            release_job(s, job)
             pthread_cond_broadcast(&s.finished)
             continue
         job.state = RUNNING
+        job.dst = take_spare(s, bound(s, job.src_len), &job.dst_cap)
         pthread_mutex_unlock(&s.lock)
         clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0)
         ok = compress(s, job, &zctx)
@@ -291,8 +354,9 @@ cdef void* work(void* arg) noexcept nogil:
         spent = (t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec)
         s.busy_ns += <unsigned long long>spent
         s.in_bytes += job.src_len
-        free(job.src)
-        job.src = NULL
+        if ok and job.src_len:
+            learn(&s.thread_ns_per_byte, <double>spent / <double>job.src_len)
+        job.src = NULL  # done with the block: its CompressJob may let it go
         if ok:
             job.state = DONE
             s.done_jobs += 1
@@ -300,7 +364,7 @@ cdef void* work(void* arg) noexcept nogil:
             job.state = FAILED
             s.failed_jobs += 1
         s.pending -= 1
-        release_job(job)
+        release_job(s, job)
         pthread_cond_broadcast(&s.finished)
         if not s.notified and s.notify_fd >= 0:
             # Non-blocking: a full pipe has a byte to read already.
@@ -320,9 +384,22 @@ cdef class CompressJob:
 
     cdef Job* job
     cdef CompressorThread owner
+    # The export of the records (the batch's block) that the thread reads: held until
+    # the thread is done with them, so the pool neither reuses nor frees the block
+    # (a block released while exported waits in its pool's quarantine).
+    cdef Py_buffer view
+    cdef bint viewing
 
     def __cinit__(self) -> None:
         self.job = NULL
+        self.viewing = False
+
+    cdef void let_go(self) noexcept:
+        # The thread no longer reads the records (done, failed, cancelled, or never
+        # taken): release the export.
+        if self.viewing:
+            self.viewing = False
+            PyBuffer_Release(&self.view)
 
     cdef int check(self) except -1:
         if self.job == NULL:
@@ -357,6 +434,7 @@ cdef class CompressJob:
                 pthread_cond_wait(&s.finished, &s.lock)
             state = job.state
             pthread_mutex_unlock(&s.lock)
+        self.let_go()
         if state != DONE:
             return None
         # The thread is done with the job: its dst is ours to read.
@@ -364,15 +442,25 @@ cdef class CompressJob:
 
     def __dealloc__(self) -> None:
         cdef Shared* s
+        cdef Job* job
         if self.job == NULL or self.owner is None:
+            self.let_go()
             return
         s = self.owner.s
-        pthread_mutex_lock(&s.lock)
-        if self.job.state == QUEUED:
-            self.job.state = CANCELLED
-        release_job(self.job)
-        pthread_mutex_unlock(&s.lock)
+        job = self.job
+        with nogil:
+            pthread_mutex_lock(&s.lock)
+            if job.state == QUEUED:
+                job.state = CANCELLED  # the thread skips it without reading it
+            elif self.owner.pid == getpid():
+                # Compressing now (a batch aborted meanwhile): it still reads the
+                # records, a few milliseconds at most.
+                while job.state == RUNNING:
+                    pthread_cond_wait(&s.finished, &s.lock)
+            release_job(s, job)
+            pthread_mutex_unlock(&s.lock)
         self.job = NULL
+        self.let_go()
 
 
 @cython.final
@@ -381,10 +469,11 @@ cdef class CompressorThread:
     """A thread that compresses batches of one codec and level (zstd or LZ4).
 
     ``min_bytes``: smaller records sections are not worth the hand-over and stay on
-    the loop. ``min_seconds`` (0: no such choice): neither are those the loop would
-    compress faster than that, from what the codec cost it per byte on this producer's data (the loop's
-    compressions, which it reports with :meth:`observe`): until the first report, and
-    for one batch in 16 of those worth handing over, the loop compresses and learns.
+    the loop. ``min_seconds`` (0: no such choice): neither are those the codec would
+    compress faster than that, from what it cost per byte on this producer's data, on
+    the loop (its compressions, which it reports with :meth:`observe`) or on the
+    thread, whichever is lower: until the loop's first report, and for one batch in
+    16 of those worth handing over, the loop compresses and learns.
     ``max_pending``: at most this many jobs queued or running; beyond, the loop
     compresses itself (both cores busy). Started by the first accepted
     :meth:`submit`; :meth:`attach` tells it the loop to wake when a job is done.
@@ -467,7 +556,7 @@ cdef class CompressorThread:
         if nbytes <= 0 or ns <= 0:
             return
         pthread_mutex_lock(&self.s.lock)
-        learn(self.s, <double>ns / <double>nbytes)
+        learn(&self.s.ns_per_byte, <double>ns / <double>nbytes)
         pthread_mutex_unlock(&self.s.lock)
 
     @property
@@ -545,59 +634,60 @@ cdef class CompressorThread:
             self.on_done()
 
     def submit(self, data: object) -> CompressJob | None:
-        """Copy ``data`` (a buffer) and queue it; None (nothing queued: the caller
+        """Queue ``data`` (a buffer: the thread reads it in place, and the job holds
+        an export of it until the thread is done); None (nothing queued: the caller
         compresses it) when it is smaller than ``min_bytes``, its cost on the loop is
         unknown or under ``min_seconds``, it is the one in 16 the loop samples,
         ``max_pending`` jobs are pending, or the thread is closed or cannot start."""
-        cdef Py_buffer view
         cdef Job* job
         cdef Shared* s = self.s
         cdef pthread_t thread
-        cdef double cost
+        cdef double cost, per_byte
         cdef bint busy
+        cdef CompressJob handle
         if self.closed or (self.started and self.pid != getpid()):
             return None
-        PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-        try:
-            if view.len < self.min_bytes or view.len <= 0:
+        handle = CompressJob.__new__(CompressJob)
+        PyObject_GetBuffer(data, &handle.view, PyBUF_SIMPLE)
+        handle.viewing = True
+        if handle.view.len < self.min_bytes or handle.view.len <= 0:
+            return None  # (handle's dealloc releases the view)
+        pthread_mutex_lock(&s.lock)
+        # What compressing it costs wherever it is done: the loop's estimate, or the
+        # thread's if that is lower (data that compresses very well goes faster on
+        # the loop, whose caches hold the records it just wrote).
+        per_byte = s.ns_per_byte
+        if 0 < s.thread_ns_per_byte < per_byte:
+            per_byte = s.thread_ns_per_byte
+        cost = per_byte * <double>handle.view.len
+        busy = s.pending >= self.max_pending
+        pthread_mutex_unlock(&s.lock)
+        if busy:
+            return None
+        if self.min_ns > 0:  # (0: every batch over min_bytes goes)
+            if cost == 0 or cost < self.min_ns:
+                return None  # (unknown cost: the loop compresses it, and learns it)
+            self.taken += 1
+            if self.taken % SAMPLE_EVERY == 0:
+                return None  # the loop compresses one in SAMPLE_EVERY: a fresh cost
+        if not self.started:
+            # The thread holds a reference of its own to the shared state.
+            s.refs += 1
+            if pthread_create(&thread, NULL, work, s) != 0:
+                s.refs -= 1
+                self.closed = True
                 return None
-            pthread_mutex_lock(&s.lock)
-            cost = s.ns_per_byte * <double>view.len
-            busy = s.pending >= self.max_pending
-            pthread_mutex_unlock(&s.lock)
-            if busy:
-                return None
-            if self.min_ns > 0:  # (0: every batch over min_bytes goes)
-                if cost == 0 or cost < self.min_ns:
-                    return None  # (unknown cost: the loop compresses it, and learns it)
-                self.taken += 1
-                if self.taken % SAMPLE_EVERY == 0:
-                    return None  # the loop compresses one in SAMPLE_EVERY: a fresh cost
-            if not self.started:
-                # The thread holds a reference of its own to the shared state.
-                s.refs += 1
-                if pthread_create(&thread, NULL, work, s) != 0:
-                    s.refs -= 1
-                    self.closed = True
-                    return None
-                pthread_detach(thread)
-                self.started = True
-                self.pid = getpid()
-            job = <Job*>malloc(sizeof(Job))
-            if job == NULL:
-                return None
-            memset(job, 0, sizeof(Job))
-            job.src = <char*>malloc(<size_t>view.len)
-            if job.src == NULL:
-                free(job)
-                return None
-            memcpy(job.src, view.buf, <size_t>view.len)
-            job.src_len = <size_t>view.len
-            job.state = QUEUED
-            job.refs = 2
-        finally:
-            PyBuffer_Release(&view)
-        cdef CompressJob handle = CompressJob.__new__(CompressJob)
+            pthread_detach(thread)
+            self.started = True
+            self.pid = getpid()
+        job = <Job*>malloc(sizeof(Job))
+        if job == NULL:
+            return None
+        memset(job, 0, sizeof(Job))
+        job.src = <const char*>handle.view.buf
+        job.src_len = <size_t>handle.view.len
+        job.state = QUEUED
+        job.refs = 2
         handle.job = job
         handle.owner = self
         pthread_mutex_lock(&s.lock)

@@ -228,6 +228,7 @@ def test_only_batches_the_loop_would_spend_time_on_go() -> None:
     A sample lower than the estimate replaces it; a higher one moves it by an eighth."""
     thread = CompressorThread(4, 3, min_bytes=1000, min_seconds=100e-6, max_pending=64)
     try:
+        thread.hold(True)  # no job runs: only the loop's samples count, below
         data = bytes(100_000)
         assert thread.seconds_per_mib == 0
         assert thread.submit(data) is None  # cost unknown: the loop compresses, learns
@@ -245,6 +246,25 @@ def test_only_batches_the_loop_would_spend_time_on_go() -> None:
         thread.observe(0, 5)  # nothing learnt from nothing
         thread.observe(5, 0)
         assert thread.seconds_per_mib == pytest.approx(0.1e-9 * 1048576)
+
+        # The thread's own cost counts when it is lower: zeros compress in no time
+        # there, so even with a slow estimate on the loop, nothing more goes.
+        thread.observe(100_000, 10_000_000)  # (up by an eighth)
+        big = bytes(200_000)  # 2.5 ms at the loop's estimate; microseconds as zeros
+        thread.hold(False)
+        job = thread.submit(big)
+        assert job is not None
+        assert job.result() is not None
+        # Once the thread has timed zeros (its first job also made the codec's
+        # context: a second may be needed), they stay on the loop.
+        declined = False
+        for _ in range(4):
+            job = thread.submit(big)
+            if job is None:
+                declined = True
+                break
+            assert job.result() is not None
+        assert declined
     finally:
         thread.close()
 
@@ -274,6 +294,42 @@ def test_a_batch_handed_over_is_sealed_and_closes_with_the_threads_bytes(codec: 
         assert thread.compressed == 1
         with batch.builder.view() as view:
             assert list(records_of_batch(view)) == records
+    finally:
+        thread.close()
+
+
+def test_the_thread_reads_the_block_in_place_and_the_pool_waits_for_it() -> None:
+    """No copy: the job holds an export of the batch's block while the thread may read
+    it. A batch aborted meanwhile gives its block back, and the pool quarantines it
+    (neither reused nor freed) until the job lets go."""
+    thread = CompressorThread(4, 3, min_bytes=1)
+    pool = BufferPool(1 << 20, 1 << 17)
+    try:
+        batch = _batch("zstd", pool=pool)
+        for r in _records(100):
+            batch.builder.append(*r)
+        block = batch.builder.block
+        thread.hold(True)
+        assert batch.builder.compress_ahead(thread)
+        assert block.exports == 1
+        # Aborted before the thread took it: back to the pool, into the quarantine.
+        pool.release(block)
+        assert pool.quarantined_bytes == block.capacity
+        thread.hold(False)
+        _wait_for(lambda: thread.pending == 0)
+        batch.builder.detach()  # what the accumulator does: the job goes with it
+        assert block.exports == 0
+        pool.reclaim()
+        assert pool.quarantined_bytes == 0
+
+        # Closed normally: the export goes once the thread's bytes are taken.
+        other = _batch("zstd", pool=pool)
+        for r in _records(100):
+            other.builder.append(*r)
+        assert other.builder.compress_ahead(thread)
+        assert other.builder.block.exports == 1
+        other.builder.close()
+        assert other.builder.block.exports == 0
     finally:
         thread.close()
 
