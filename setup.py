@@ -20,6 +20,7 @@ the install.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -109,7 +110,9 @@ VENDORED: dict[str, dict[str, list[Any]]] = {
             "LZ4LIB_VISIBILITY", "LZ4FLIB_VISIBILITY")],
         "extra_compile_args": ["-fvisibility=hidden", "-ffunction-sections",
                                "-fdata-sections", "-pthread"],
-        "extra_link_args": ["-Wl,--gc-sections", "-pthread"],
+        # (macOS's linker calls it -dead_strip.)
+        "extra_link_args": ["-Wl,-dead_strip" if sys.platform == "darwin"
+                            else "-Wl,--gc-sections", "-pthread"],
     },
 }
 

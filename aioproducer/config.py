@@ -352,11 +352,11 @@ class ProducerConfig:
     """``compression.zstd.level``: -131072..22 (negative levels are zstd's fast modes)."""
     compression_thread: bool = field(
         default=True, metadata=_spec(kind="bool"))
-    """With ``zstd`` or ``lz4``: compress full batches (8 KiB of records for zstd, 16 KiB
-    for LZ4, at least) on a thread of the producer's own, which never takes the GIL,
-    while the event loop goes on filling the next batch (librdkafka compresses off its
-    application thread too). False compresses every batch on the event loop, when the
-    Sender takes it. No Java equivalent."""
+    """With ``zstd`` or ``lz4``: compress full batches on a thread of the producer's
+    own, which never takes the GIL, while the event loop goes on filling the next batch
+    (librdkafka compresses off its application thread too). Only batches expected to
+    take 200 us or more to compress go (docs/compression.md). False compresses every
+    batch on the event loop, when the Sender takes it. No Java equivalent."""
     partitioner: str | PartitionFunction | Partitioner = field(
         default="murmur2", metadata=_spec(
             kind="partitioner", java="partitioner.class", mapped=True, check=_check_partitioner))

@@ -165,6 +165,9 @@ class ChaosConfig:
     max_ack_gap: float = 15.0
     wall_timeout: float | None = None   # sending stops then (default: 3 x planned)
     producer_options: dict[str, Any] = field(default_factory=dict)
+    eager_compression_thread: bool = False
+    """Every full batch of 64 bytes or more goes to the compression thread (with
+    ``compression_type`` zstd or lz4 in ``producer_options``), whatever it costs."""
 
     @property
     def planned_seconds(self) -> float:
@@ -758,6 +761,13 @@ class _Run:
                                        max_block_ms=cfg.max_block_ms)
         options.update(cfg.producer_options)
         producer = Producer(bootstrap_servers=bootstrap, **options)
+        if cfg.eager_compression_thread:
+            from aioproducer._native.compressor import CompressorThread
+
+            lazy = producer._accumulator.offload
+            if lazy is None:
+                raise SystemExit("--eager-compression-thread needs --compression zstd or lz4")
+            producer._accumulator.offload = CompressorThread(lazy.codec, lazy.level, 64)
         tasks: list[asyncio.Task[None]] = []
         try:
             await asyncio.wait_for(producer.start(), cfg.max_block_ms / 1000 + 10)
@@ -800,6 +810,12 @@ class _Run:
                                        cfg.close_timeout + 30)
             except Exception as exc:
                 rep.harness_errors.append(f"close() did not return: {exc!r}")
+            thread = producer._accumulator.offload
+            if thread is not None:
+                print(f"chaos: {thread.compressed} batches compressed on the compression "
+                      f"thread ({thread.failed} failed)", flush=True)
+                if cfg.eager_compression_thread and not thread.compressed:
+                    rep.harness_errors.append("no batch went to the compression thread")
             await self._heal()
         await asyncio.sleep(0)  # done callbacks scheduled by close() run now
         rep.pending_after_close = sum(1 for f in self.futures if not f.done()) + sum(
@@ -970,6 +986,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                     help="state directory of the three-node cluster (default: a "
                          "temporary one, stopped at the end)")
     ap.add_argument("--uvloop", action="store_true")
+    ap.add_argument("--compression", choices=("none", "gzip", "snappy", "lz4", "zstd"),
+                    default=None, help="the producer's compression_type")
+    ap.add_argument("--batch-size", type=int, default=None,
+                    help="the producer's batch_size (small ones fill at a low rate)")
+    ap.add_argument("--eager-compression-thread", action="store_true",
+                    help="every full batch (64 bytes or more) to the compression thread")
     ap.add_argument("--verbose", action="store_true",
                     help="show the producer's warnings (retries, refused batches)")
     return ap.parse_args(argv)
@@ -1005,7 +1027,12 @@ def main(argv: list[str] | None = None) -> int:
     cfg = ChaosConfig(records=args.records, seed=seed, rate=args.rate,
                       faults=not args.no_faults, poison=not args.no_poison,
                       pause_seconds=args.pause_seconds, max_ack_gap=args.max_ack_gap,
-                      poison_may_bump=args.allow_init_per_poison)
+                      poison_may_bump=args.allow_init_per_poison,
+                      eager_compression_thread=args.eager_compression_thread)
+    if args.compression:
+        cfg.producer_options["compression_type"] = args.compression
+    if args.batch_size:
+        cfg.producer_options["batch_size"] = args.batch_size
     tmp = None
     if args.cluster_dir:
         state_dir = Path(args.cluster_dir)
