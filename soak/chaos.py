@@ -572,7 +572,9 @@ class _Run:
 
     async def _send_poison(self, producer: Producer) -> None:
         cfg = self.cfg
-        big = b"x" * cfg.poison_big_bytes
+        # Random bytes: with compression on, a run of one byte would compress below the
+        # topic's max.message.bytes and be accepted.
+        big = random.Random(cfg.seed).randbytes(cfg.poison_big_bytes)
         while self.sending:
             for kind, topic in self.poison_topics.items():
                 key = None if kind == "null_key_compacted" else b"big"
