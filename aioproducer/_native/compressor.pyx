@@ -5,7 +5,8 @@ batch, up to a third of its time in the compressed scenarios. A Python thread do
 help (docs/performance.md, "Compression on the second core"): python-zstandard and lz4
 release the GIL while they compress, but handing a batch over and its result back costs
 a future, a thread switch and the GIL twice, more than compressing a batch of the
-default size. This thread never takes the GIL. It is a plain C thread (pthreads) that
+default size. This thread never takes the GIL. It is a plain C thread (started by the interpreter's
+``PyThread_start_new_thread``, synchronised with pthread mutexes) that
 waits for jobs, compresses each with the vendored libzstd or liblz4 (``vendor/``), and
 tells the loop through a pipe that something is done; the loop side only copies bytes
 in and out, under a mutex held for a few instructions.
@@ -43,9 +44,21 @@ cdef extern from "<signal.h>" nogil:
     ctypedef struct sigset_t:
         pass
     int sigfillset(sigset_t* s)
-    int pthread_sigmask(int how, const sigset_t* s, sigset_t* old)
+    # (sigprocmask: the calling thread's mask on Linux, and a symbol as old as glibc
+    # 2.2.5; pthread_sigmask is versioned 2.32, which would raise the wheel's manylinux
+    # tag.)
+    int sigprocmask(int how, const sigset_t* s, sigset_t* old)
     enum:
         SIG_BLOCK
+
+
+cdef extern from "pythread.h" nogil:
+    # The interpreter's own way to start a native thread (detached; it runs without a
+    # thread state and never takes the GIL). pthread_create is versioned 2.34 in glibc:
+    # calling it would make the wheel manylinux_2_34.
+    ctypedef void (*thread_fn)(void*) noexcept nogil
+    unsigned long PyThread_start_new_thread(thread_fn func, void* arg)
+    unsigned long PYTHREAD_INVALID_THREAD_ID
 
 
 cdef extern from "<time.h>" nogil:
@@ -68,11 +81,6 @@ cdef extern from "<pthread.h>" nogil:
         pass
     ctypedef struct pthread_cond_t:
         pass
-    ctypedef struct pthread_t:
-        pass
-    ctypedef struct pthread_attr_t:
-        pass
-    ctypedef void* (*start_routine)(void*) noexcept nogil
     int pthread_mutex_init(pthread_mutex_t* m, const void* attr)
     int pthread_mutex_destroy(pthread_mutex_t* m)
     int pthread_mutex_lock(pthread_mutex_t* m)
@@ -82,9 +90,6 @@ cdef extern from "<pthread.h>" nogil:
     int pthread_cond_wait(pthread_cond_t* c, pthread_mutex_t* m)
     int pthread_cond_signal(pthread_cond_t* c)
     int pthread_cond_broadcast(pthread_cond_t* c)
-    int pthread_create(pthread_t* t, const pthread_attr_t* attr, start_routine fn,
-                       void* arg)
-    int pthread_detach(pthread_t t)
 
 
 cdef extern from "zstd/zstd.h" nogil:
@@ -312,7 +317,7 @@ cdef bint compress(Shared* s, Job* job, ZSTD_CCtx** zctx) noexcept nogil:
     return True
 
 
-cdef void* work(void* arg) noexcept nogil:
+cdef void work(void* arg) noexcept nogil:
     """The thread: take jobs in order until told to stop."""
     cdef Shared* s = <Shared*>arg
     cdef ZSTD_CCtx* zctx = NULL
@@ -325,7 +330,7 @@ cdef void* work(void* arg) noexcept nogil:
     cdef long long spent
     # Signals go to the interpreter's threads, never here.
     sigfillset(&all_signals)
-    pthread_sigmask(SIG_BLOCK, &all_signals, NULL)
+    sigprocmask(SIG_BLOCK, &all_signals, NULL)
     pthread_mutex_lock(&s.lock)
     while True:
         while (s.head == NULL or s.held) and not s.stop:
@@ -373,7 +378,6 @@ cdef void* work(void* arg) noexcept nogil:
     if zctx != NULL:
         ZSTD_freeCCtx(zctx)
     release_shared(s)  # unlocks
-    return NULL
 
 
 @cython.final
@@ -641,7 +645,6 @@ cdef class CompressorThread:
         ``max_pending`` jobs are pending, or the thread is closed or cannot start."""
         cdef Job* job
         cdef Shared* s = self.s
-        cdef pthread_t thread
         cdef double cost, per_byte
         cdef bint busy
         cdef CompressJob handle
@@ -673,11 +676,10 @@ cdef class CompressorThread:
         if not self.started:
             # The thread holds a reference of its own to the shared state.
             s.refs += 1
-            if pthread_create(&thread, NULL, work, s) != 0:
+            if PyThread_start_new_thread(work, s) == PYTHREAD_INVALID_THREAD_ID:
                 s.refs -= 1
                 self.closed = True
                 return None
-            pthread_detach(thread)
             self.started = True
             self.pid = getpid()
         job = <Job*>malloc(sizeof(Job))
