@@ -48,25 +48,10 @@ from libc.stdint cimport (
     uint64_t,
 )
 
+from .cputime cimport thread_cpu_ns
 from .debug cimport AIOP_DEBUG
 
 
-cdef extern from "<time.h>" nogil:
-    ctypedef long time_t
-    cdef struct timespec:
-        time_t tv_sec
-        long tv_nsec
-    int clock_gettime(int clock, timespec* ts)
-    enum:
-        CLOCK_THREAD_CPUTIME_ID
-
-
-cdef inline int64_t thread_cpu_ns() noexcept nogil:
-    # This thread's CPU time (the loop's compressions, for the compression thread's
-    # choice of what to take: see compressor.pyx).
-    cdef timespec ts
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts)
-    return <int64_t>ts.tv_sec * 1000000000 + ts.tv_nsec
 from .pool cimport BLOCK_LIVE, BLOCK_RELEASED, Block
 from .wire cimport (
     Writer,

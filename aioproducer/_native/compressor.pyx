@@ -39,6 +39,8 @@ from libc.string cimport memset
 
 import os
 
+from .cputime cimport thread_cpu_ns
+
 
 cdef extern from "<signal.h>" nogil:
     ctypedef struct sigset_t:
@@ -59,16 +61,6 @@ cdef extern from "pythread.h" nogil:
     ctypedef void (*thread_fn)(void*) noexcept nogil
     unsigned long PyThread_start_new_thread(thread_fn func, void* arg)
     unsigned long PYTHREAD_INVALID_THREAD_ID
-
-
-cdef extern from "<time.h>" nogil:
-    ctypedef long time_t
-    cdef struct timespec:
-        time_t tv_sec
-        long tv_nsec
-    int clock_gettime(int clock, timespec* ts)
-    enum:
-        CLOCK_THREAD_CPUTIME_ID
 
 
 cdef extern from "<unistd.h>" nogil:
@@ -234,6 +226,15 @@ cdef void give_spare(Shared* s, char* p, size_t cap) noexcept nogil:
         free(p)
 
 
+cdef struct Counters:
+    int pending
+    unsigned long long done_jobs
+    unsigned long long failed_jobs
+    unsigned long long busy_ns
+    unsigned long long in_bytes
+    double ns_per_byte
+
+
 cdef void release_job(Shared* s, Job* job) noexcept nogil:
     # Called with the lock held, by a holder letting go.
     job.refs -= 1
@@ -326,7 +327,6 @@ cdef void work(void* arg) noexcept nogil:
     cdef bint ok
     cdef char byte = b"x"
     cdef ssize_t wrote
-    cdef timespec t0, t1
     cdef long long spent
     # Signals go to the interpreter's threads, never here.
     sigfillset(&all_signals)
@@ -352,11 +352,10 @@ cdef void work(void* arg) noexcept nogil:
         job.state = RUNNING
         job.dst = take_spare(s, bound(s, job.src_len), &job.dst_cap)
         pthread_mutex_unlock(&s.lock)
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0)
+        spent = thread_cpu_ns()
         ok = compress(s, job, &zctx)
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1)
+        spent = thread_cpu_ns() - spent
         pthread_mutex_lock(&s.lock)
-        spent = (t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec)
         s.busy_ns += <unsigned long long>spent
         s.in_bytes += job.src_len
         if ok and job.src_len:
@@ -527,32 +526,33 @@ cdef class CompressorThread:
         self.read_fd = -1
         self.write_fd = -1
 
+    cdef Counters counters(self) noexcept:
+        # One consistent reading of the thread's counters, under the lock.
+        cdef Counters c
+        pthread_mutex_lock(&self.s.lock)
+        c.pending = self.s.pending
+        c.done_jobs = self.s.done_jobs
+        c.failed_jobs = self.s.failed_jobs
+        c.busy_ns = self.s.busy_ns
+        c.in_bytes = self.s.in_bytes
+        c.ns_per_byte = self.s.ns_per_byte
+        pthread_mutex_unlock(&self.s.lock)
+        return c
+
     @property
     def pending(self) -> int:
         """Jobs queued or running."""
-        cdef int n
-        pthread_mutex_lock(&self.s.lock)
-        n = self.s.pending
-        pthread_mutex_unlock(&self.s.lock)
-        return n
+        return self.counters().pending
 
     @property
     def compressed(self) -> int:
         """Jobs compressed so far."""
-        cdef unsigned long long n
-        pthread_mutex_lock(&self.s.lock)
-        n = self.s.done_jobs
-        pthread_mutex_unlock(&self.s.lock)
-        return n
+        return self.counters().done_jobs
 
     @property
     def failed(self) -> int:
         """Jobs the thread could not compress (left to the loop)."""
-        cdef unsigned long long n
-        pthread_mutex_lock(&self.s.lock)
-        n = self.s.failed_jobs
-        pthread_mutex_unlock(&self.s.lock)
-        return n
+        return self.counters().failed_jobs
 
     def observe(self, Py_ssize_t nbytes, long long ns) -> None:
         """The loop compressed ``nbytes`` of records in ``ns`` nanoseconds of CPU: a
@@ -565,30 +565,19 @@ cdef class CompressorThread:
 
     @property
     def seconds_per_mib(self) -> float:
-        """The codec's cost on this data so far, CPU seconds per MiB (0: unknown)."""
-        cdef double v
-        pthread_mutex_lock(&self.s.lock)
-        v = self.s.ns_per_byte
-        pthread_mutex_unlock(&self.s.lock)
-        return v * 1048576 / 1e9
+        """The codec's cost on this data so far, on the loop: CPU seconds per MiB (0:
+        unknown)."""
+        return self.counters().ns_per_byte * 1048576 / 1e9
 
     @property
     def busy_seconds(self) -> float:
         """The thread's CPU time in the codecs so far."""
-        cdef unsigned long long n
-        pthread_mutex_lock(&self.s.lock)
-        n = self.s.busy_ns
-        pthread_mutex_unlock(&self.s.lock)
-        return n / 1e9
+        return self.counters().busy_ns / 1e9
 
     @property
     def compressed_bytes(self) -> int:
         """Bytes of records the thread compressed so far."""
-        cdef unsigned long long n
-        pthread_mutex_lock(&self.s.lock)
-        n = self.s.in_bytes
-        pthread_mutex_unlock(&self.s.lock)
-        return n
+        return self.counters().in_bytes
 
     @property
     def running(self) -> bool:
