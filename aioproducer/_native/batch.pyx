@@ -50,8 +50,6 @@ from libc.stdint cimport (
 
 from .cputime cimport thread_cpu_ns
 from .debug cimport AIOP_DEBUG
-
-
 from .pool cimport BLOCK_LIVE, BLOCK_RELEASED, Block
 from .wire cimport (
     Writer,

@@ -33,12 +33,6 @@ class CompressorThread:
     def seconds_per_mib(self) -> float:
         """The codec's cost on this data so far, CPU seconds per MiB (0: unknown)."""
     @property
-    def busy_seconds(self) -> float:
-        """The thread's CPU time in the codecs so far."""
-    @property
-    def compressed_bytes(self) -> int:
-        """Bytes of records the thread compressed so far."""
-    @property
     def pending(self) -> int:
         """Jobs queued or running."""
     @property

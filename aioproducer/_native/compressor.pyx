@@ -184,8 +184,6 @@ cdef struct Shared:
     int notified               # a byte was written that the loop has not read yet
     unsigned long long done_jobs
     unsigned long long failed_jobs
-    unsigned long long busy_ns    # the thread's CPU time in the codecs
-    unsigned long long in_bytes   # bytes it compressed
     double ns_per_byte            # the codec's cost on this data, on the loop: a moving
                                   # average of the loop's own compressions (observe());
                                   # 0 until the first
@@ -230,8 +228,6 @@ cdef struct Counters:
     int pending
     unsigned long long done_jobs
     unsigned long long failed_jobs
-    unsigned long long busy_ns
-    unsigned long long in_bytes
     double ns_per_byte
 
 
@@ -356,8 +352,6 @@ cdef void work(void* arg) noexcept nogil:
         ok = compress(s, job, &zctx)
         spent = thread_cpu_ns() - spent
         pthread_mutex_lock(&s.lock)
-        s.busy_ns += <unsigned long long>spent
-        s.in_bytes += job.src_len
         if ok and job.src_len:
             learn(&s.thread_ns_per_byte, <double>spent / <double>job.src_len)
         job.src = NULL  # done with the block: its CompressJob may let it go
@@ -533,8 +527,6 @@ cdef class CompressorThread:
         c.pending = self.s.pending
         c.done_jobs = self.s.done_jobs
         c.failed_jobs = self.s.failed_jobs
-        c.busy_ns = self.s.busy_ns
-        c.in_bytes = self.s.in_bytes
         c.ns_per_byte = self.s.ns_per_byte
         pthread_mutex_unlock(&self.s.lock)
         return c
@@ -568,16 +560,6 @@ cdef class CompressorThread:
         """The codec's cost on this data so far, on the loop: CPU seconds per MiB (0:
         unknown)."""
         return self.counters().ns_per_byte * 1048576 / 1e9
-
-    @property
-    def busy_seconds(self) -> float:
-        """The thread's CPU time in the codecs so far."""
-        return self.counters().busy_ns / 1e9
-
-    @property
-    def compressed_bytes(self) -> int:
-        """Bytes of records the thread compressed so far."""
-        return self.counters().in_bytes
 
     @property
     def running(self) -> bool:
