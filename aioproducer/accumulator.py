@@ -279,18 +279,58 @@ class RecordAccumulator:
             if appended is not None:
                 memory.release(block)
                 return AppendResult(appended[0], appended[1], False)
+        batch = self._open(tp, block, size, charge, timestamp, key, value, headers,
+                           self.appender.bound_loop() or asyncio.get_running_loop(), n)
+        if sticky is not None:
+            sticky.on_appended(topic, partition, int(batch.builder.size_in_bytes))
+        return AppendResult(batch, 0, True)
+
+    def open_now(self, topic: str, num_partitions: int, partition: int, timestamp: int,
+                 key: bytes | None, value: bytes | None,
+                 loop: asyncio.AbstractEventLoop) -> ProducerBatch | None:
+        """:meth:`append` for a record of the native ``send()`` whose partition needs a
+        new batch (its open one is full, drained or absent), when nothing makes it
+        wait: a new batch with the record as its first (the caller counts its sticky
+        bytes), or None where :meth:`append` would suspend or decide more (the topic's
+        partition count changed, a yield under a linger, memory not free now, the
+        producer refusing records), and the Python path takes the record.
+
+        The native path has chosen the partition and bounded the record's size
+        (``CoreAppender.max_payload``), as the Python path would have.
+        """
+        route = self.appender.route(topic)
+        if route is None or route.num_partitions != num_partitions \
+                or partition >= num_partitions or self._refusal is not None:
+            return None
+        tp = (topic, partition)
+        if self.linger > 0 and self.batches.get(tp):
+            return None  # append() lets the Sender run once first
+        if self.offload is not None:
+            self._hand_over(tp)
+        record_size = record_size_upper_bound(-1 if key is None else len(key),
+                                              -1 if value is None else len(value), None)
+        size = self.block_size_for(record_size, tp)
+        charge = self._charge_for(size, record_size, tp)
+        block = self.memory.allocate_now(charge)
+        if block is None:
+            return None
+        return self._open(tp, block, size, charge, timestamp, key, value, None, loop,
+                          num_partitions)
+
+    def _open(self, tp: TopicPartition, block: Block, size: int, charge: int,
+              timestamp: int, key: object, value: object, headers: object,
+              loop: asyncio.AbstractEventLoop, num_partitions: int) -> ProducerBatch:
+        """A new batch for ``tp`` in ``block`` (of ``charge`` bytes from the pool), with
+        the record at index 0."""
         if charge < size:
             # Its records wait uncompressed in a block of ``size`` outside the pool,
             # paid for by the pool block of its compressed target.
-            block = memory.outside(size, block)
-        batch = self.new_batch(tp, block,
-                               self.appender.bound_loop() or asyncio.get_running_loop(), n)
-        index = batch.builder.append(timestamp, key, value, headers)
-        if index < 0:  # cannot happen: the block was sized for this record
+            block = self.memory.outside(size, block)
+        batch = self.new_batch(tp, block, loop, num_partitions)
+        if batch.builder.append(timestamp, key, value, headers) < 0:
+            # Cannot happen: the block was sized for this record.
             raise RecordTooLargeError("record does not fit in a block sized for it")
-        if sticky is not None:
-            sticky.on_appended(topic, partition, int(batch.builder.size_in_bytes))
-        return AppendResult(batch, index, True)
+        return batch
 
     def _hand_over(self, tp: TopicPartition) -> None:
         """The partition's open batch is full: its records go to the compression thread

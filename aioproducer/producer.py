@@ -42,7 +42,7 @@ from .serializers import (
     serialize_for_topic,
 )
 from .types import Header
-from .wiring import wire_buffering, wire_sender
+from .wiring import wire_buffering, wire_new_batches, wire_sender
 
 if TYPE_CHECKING:
     from .otel import Tracing
@@ -205,6 +205,9 @@ class Producer:
             self._start_telemetry(client)
         self._appender.bind(self._loop)
         self._appender.hot = self._fast and self._txn is None and self._tracing is None
+        if self._appender.hot:
+            wire_new_batches(self._appender, self._accumulator, self._metadata,
+                             weakref.WeakMethod(self._on_new_batch))
 
     def _wake_sender(self) -> None:
         if self._sender is not None:

@@ -5,15 +5,18 @@ builds parts by hand calls them too).
 - :func:`wire_buffering`, at construction: the accumulator (with its buffer memory)
   and the partitioner, which share the producer's native appender, and the metrics.
 - :func:`wire_sender`, at ``start()``: the Sender, the client and the metadata.
+- :func:`wire_new_batches`, at ``start()``: the native ``send()``'s new batches.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from ._native import Appender, ProducerBatch
     from .accumulator import RecordAccumulator
     from .metadata import Metadata
     from .metrics import ProducerMetrics
@@ -21,7 +24,7 @@ if TYPE_CHECKING:
     from .partitioner import RecordPartitioner
     from .sender import Sender
 
-__all__ = ["wire_buffering", "wire_sender"]
+__all__ = ["wire_buffering", "wire_new_batches", "wire_sender"]
 
 
 def wire_buffering(accumulator: RecordAccumulator, partitioner: RecordPartitioner,
@@ -59,3 +62,29 @@ def wire_sender(sender: Sender, client: KafkaClient, metadata: Metadata,
         # A batch done on the compression thread wakes the Sender (through a pipe the
         # loop reads); Sender.stop() closes the thread.
         accumulator.offload.attach(asyncio.get_running_loop(), sender.wakeup)
+
+
+def wire_new_batches(appender: Appender, accumulator: RecordAccumulator,
+                     metadata: Metadata,
+                     on_new_batch: Callable[[], Callable[[ProducerBatch], None] | None]
+                     ) -> None:
+    """The native ``send()`` opens a partition's new batch itself when nothing makes the
+    record wait (``Appender.opener``; see :meth:`RecordAccumulator.open_now`), and
+    hands the batch to the producer as the Python path does. ``on_new_batch()`` gives
+    the producer's handler, or None once the producer is gone (a weak method: the
+    appender must not keep an abandoned producer alive)."""
+    loop = asyncio.get_running_loop()
+
+    def open_now(topic: str, partition: int, timestamp: int, key: bytes | None,
+                 value: bytes | None) -> ProducerBatch | None:
+        info = metadata.cluster.topics.get(topic)
+        handler = on_new_batch()
+        if info is None or handler is None:
+            return None
+        batch = accumulator.open_now(topic, len(info.partitions), partition, timestamp,
+                                     key, value, loop)
+        if batch is not None:
+            handler(batch)
+        return batch
+
+    appender.opener = open_now

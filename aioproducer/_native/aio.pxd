@@ -39,8 +39,13 @@ cdef class Appender(CoreAppender):
     cdef object loop                   # the bound event loop, None when unbound
     cdef public bint hot               # PendingSend may take the native path
     cdef public object slow            # PendingSend's Python path: a coroutine function
+    cdef public object opener          # hot path: (topic, partition, timestamp, key,
+                                       # value) -> a new batch holding the record as
+                                       # its first, or None (the Python path); or None
     cdef object append_now(self, object topic, object value, object key, object partition,
                            object timestamp_ms)
+    cdef CoreBatch open_batch(self, object topic, object key, object partition, int p,
+                              int64_t ts, object value)
 
 
 cdef class PendingSend:

@@ -92,6 +92,10 @@ class Appender(CoreAppender):
     slow: Callable[[Any, Any, Any, Any, Any, Any], Coroutine[Any, Any, RecordFuture]]
     """:class:`PendingSend`'s Python path: ``slow(topic, value, key, partition,
     timestamp_ms, None)``."""
+    opener: Callable[[str, int, int, bytes | None, bytes | None], ProducerBatch | None] | None
+    """While :attr:`hot`: ``opener(topic, partition, timestamp, key, value)`` for a
+    record whose (chosen) partition needs a new batch: the new batch holding it at
+    index 0, or None for the Python path. None: that record takes the Python path."""
     def append(self, topic: object, value: object, key: object, partition: object,
                timestamp_ms: object, /) -> RecordFuture | None: ...
     def send(self, topic: str, value: Any = None, key: Any = None, *,

@@ -494,10 +494,16 @@ cdef class Appender(CoreAppender):
             return None
         cdef int32_t index
         cdef int64_t ts
+        cdef int open_p
         cdef CoreBatch batch = self.fast_append(topic, value, key, partition, timestamp_ms,
-                                                &index, &ts)
+                                                &index, &ts, &open_p)
         if batch is None:
-            return None
+            if open_p < 0 or self.opener is None or not self.hot:
+                return None
+            batch = self.open_batch(topic, key, partition, open_p, ts, value)
+            if batch is None:
+                return None
+            index = 0
         cdef RecordFuture fut = RecordFuture.__new__(RecordFuture)  # no argument parsing
         fut.batch = <ProducerBatch>batch  # routes hold the producer's ProducerBatches
         fut.index = index
@@ -505,6 +511,19 @@ cdef class Appender(CoreAppender):
         fut.key_size = -1 if key is None else <int32_t>PyBytes_GET_SIZE(key)
         fut.value_size = -1 if value is None else <int32_t>PyBytes_GET_SIZE(value)
         return fut
+
+    cdef CoreBatch open_batch(self, object topic, object key, object partition, int p,
+                              int64_t ts, object value):
+        # The record's partition needs a new batch: the opener makes it now (memory
+        # free, nothing to wait for) with the record as its first, or returns None and
+        # the Python path takes the record. A sticky choice's bytes count (KIP-794)
+        # as the Python path counts them: the new batch's size.
+        cdef object opened = self.opener(topic, p, ts, key, value)
+        if opened is None:
+            return None
+        cdef CoreBatch batch = <CoreBatch?>opened
+        self.count_sticky(topic, key, partition, p, batch.builder.pos)
+        return batch
 
     def send(self, object topic, object value=None, object key=None, *,
              object partition=None, object timestamp_ms=None, object headers=None):

@@ -87,7 +87,13 @@ cdef class CoreAppender:
     cdef TopicRoute last_route         # and its route (None: no cached lookup)
 
     # Route and append one record: the batch it went into, with its index there in
-    # index[0] and its timestamp in ts[0]; None means "take the Python path".
+    # index[0] and its timestamp in ts[0]; None means "take the Python path". When
+    # all the record needs is a new batch of its (decided) partition, that partition
+    # is in open_p[0] (else -1) and the timestamp in ts[0].
     cdef CoreBatch fast_append(self, object topic, object value, object key,
                                object partition, object timestamp_ms,
-                               int32_t* index, int64_t* ts)
+                               int32_t* index, int64_t* ts, int* open_p)
+    # A record that fast_append left for a new batch went into one (nbytes: the
+    # batch's size with it): count them for a sticky choice, as fast_append does.
+    cdef void count_sticky(self, object topic, object key, object partition, int p,
+                           Py_ssize_t nbytes) noexcept

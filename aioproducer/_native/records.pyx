@@ -689,8 +689,9 @@ cdef class CoreAppender:
 
     cdef CoreBatch fast_append(self, object topic, object value, object key,
                                object partition, object timestamp_ms,
-                               int32_t* index, int64_t* ts):
+                               int32_t* index, int64_t* ts, int* open_p):
         cdef TopicRoute route
+        open_p[0] = -1
         cdef PyObject* found
         if topic is self.last_topic and self.last_route is not None:
             # An application sends to the same topic object again and again: its
@@ -720,21 +721,35 @@ cdef class CoreAppender:
         else:
             return None
         cdef object tail = <object>PyList_GET_ITEM(route.tails, p)
-        if tail is None:
-            return None
-        cdef CoreBatch batch = <CoreBatch>tail
-        if batch.full:
-            return None
-        cdef Py_ssize_t before = batch.builder.pos
-        cdef Py_ssize_t i = batch.builder.append_record(t, key, value, None)
+        cdef CoreBatch batch = <CoreBatch>tail if tail is not None else None
+        cdef Py_ssize_t before, i = -1
+        if batch is not None and not batch.full:
+            before = batch.builder.pos
+            i = batch.builder.append_record(t, key, value, None)
+            if i < 0:
+                batch.full = True
         if i < 0:
-            batch.full = True
+            # The partition needs a new batch. Its partition stands, unless it was
+            # the sticky choice and the full batch makes its switch due (KIP-794:
+            # the Python path moves it).
+            if not (is_sticky_choice(key, partition, self.ignore_keys)
+                    and sticky_switch_due(route)):
+                open_p[0] = p
+                ts[0] = t
             return None
         if is_sticky_choice(key, partition, self.ignore_keys):
             route.sticky_bytes += batch.builder.pos - before
         index[0] = <int32_t>i
         ts[0] = t
         return batch
+
+    cdef void count_sticky(self, object topic, object key, object partition, int p,
+                           Py_ssize_t nbytes) noexcept:
+        if not is_sticky_choice(key, partition, self.ignore_keys):
+            return
+        cdef PyObject* found = PyDict_GetItem(self.routes, topic)
+        if found is not NULL and (<TopicRoute>found).sticky == p:
+            (<TopicRoute>found).sticky_bytes += nbytes
 
     def append_many(self, str topic, object values, object keys, Py_ssize_t start,
                     object partition, object timestamp_ms, list touched,
