@@ -24,7 +24,6 @@ Nothing here knows batches: the accumulator asks for blocks and gives them back.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections import deque
 from collections.abc import Callable
@@ -99,14 +98,21 @@ class Memory:
                         f"or unreachable, or buffer_memory is too small for this load"
                     )
                 # Quarantined blocks come back without any event: poll them briefly.
+                # One timer per wait, and the future awaited as it is: woken by a
+                # release, the task runs at the loop's next turn (asyncio.wait_for
+                # over asyncio.shield took two more turns, two more futures and a
+                # timer of its own per wake).
                 wait = min(remaining, 0.005) if self.pool.quarantined_bytes else remaining
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(fut), wait)
-                if fut.done():
-                    # Woken: keep our place in the queue with a fresh future.
-                    new: asyncio.Future[None] = loop.create_future()
-                    self._waiters[self._waiters.index(fut)] = new
-                    fut = new
+                timer = loop.call_later(wait, _wake, fut)
+                try:
+                    await fut
+                finally:
+                    timer.cancel()
+                # Woken (memory came back, or the poll or the deadline is due): keep
+                # our place in the queue with a fresh future.
+                new: asyncio.Future[None] = loop.create_future()
+                self._waiters[self._waiters.index(fut)] = new
+                fut = new
         finally:
             if fut in self._waiters:
                 self._waiters.remove(fut)
@@ -147,3 +153,9 @@ class Memory:
     def _wake_first(self) -> None:
         if self._waiters and not self._waiters[0].done():
             self._waiters[0].set_result(None)
+
+
+def _wake(fut: asyncio.Future[None]) -> None:
+    """A waiter's timer: look again (a poll of the quarantine, or the deadline)."""
+    if not fut.done():
+        fut.set_result(None)

@@ -85,3 +85,64 @@ async def test_a_refusal_is_raised_to_waiters_and_the_wait_is_reported() -> None
         await task
     assert len(waited) == 1 and waited[0] > 0
     mem.release(block)
+
+
+async def test_a_release_wakes_the_waiter_at_the_next_turn_of_the_loop() -> None:
+    """The waiter awaits its own future: a release makes its task runnable at once,
+    and it has the block after one turn of the loop, with no timer left behind
+    (asyncio.wait_for over asyncio.shield took three turns)."""
+    mem = Memory(BLOCK, BLOCK)
+    held = mem.allocate_now(BLOCK)
+    assert held is not None
+    loop = asyncio.get_running_loop()
+    task = asyncio.ensure_future(mem.wait(BLOCK, 60.0))
+    await asyncio.sleep(0)
+    assert mem.waiters == 1 and not task.done()
+    scheduled = getattr(loop, "_scheduled", None)  # asyncio's timers (not uvloop's)
+    if scheduled is not None:
+        assert len(scheduled) >= 1  # the wait's own timer (the 60 s bound)
+    mem.release(held)
+    await asyncio.sleep(0)  # one turn: the woken task runs and allocates
+    assert task.done() and mem.waiters == 0
+    block = task.result()
+    if scheduled is not None:
+        # Its timer was cancelled (asyncio drops cancelled timers from the heap lazily).
+        assert all(h.cancelled() for h in scheduled)
+    mem.release(block)
+
+
+async def test_a_cancelled_waiter_leaves_its_place_to_the_next() -> None:
+    mem = Memory(BLOCK, BLOCK)
+    held = mem.allocate_now(BLOCK)
+    assert held is not None
+    first = asyncio.ensure_future(mem.wait(BLOCK, 5.0))
+    second = asyncio.ensure_future(mem.wait(BLOCK, 5.0))
+    await asyncio.sleep(0)
+    assert mem.waiters == 2
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    assert mem.waiters == 1
+    mem.release(held)
+    block = await asyncio.wait_for(second, 1.0)
+    assert mem.waiters == 0 and mem.available_memory == 0
+    mem.release(block)
+    assert mem.available_memory == BLOCK
+
+
+async def test_a_quarantined_block_is_found_by_the_poll() -> None:
+    """A block released while a view of it lives is quarantined, and nothing wakes
+    the waiter when the view goes: the wait looks again every 5 ms meanwhile."""
+    mem = Memory(BLOCK, BLOCK)
+    held = mem.allocate_now(BLOCK)
+    assert held is not None
+    view = memoryview(held)
+    mem.release(held)  # quarantined: the view still reads it
+    assert mem.pool.quarantined_bytes == BLOCK
+    task = asyncio.ensure_future(mem.wait(BLOCK, 5.0))
+    await asyncio.sleep(0.02)
+    assert not task.done()
+    view.release()  # no event: the next poll finds the block
+    block = await asyncio.wait_for(task, 1.0)
+    assert mem.waiters == 0
+    mem.release(block)
