@@ -812,6 +812,10 @@ class _Run:
                                        cfg.close_timeout + 30)
             except Exception as exc:
                 rep.harness_errors.append(f"close() did not return: {exc!r}")
+            waited_ns = producer._metrics.pool_wait.total
+            if "buffer_memory" in cfg.producer_options:
+                print(f"chaos: sends waited {waited_ns / 1e9:.1f} s for memory in all",
+                      flush=True)
             thread = producer._accumulator.offload
             if thread is not None:
                 print(f"chaos: {thread.compressed} batches compressed on the compression "
@@ -992,6 +996,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                     default=None, help="the producer's compression_type")
     ap.add_argument("--batch-size", type=int, default=None,
                     help="the producer's batch_size (small ones fill at a low rate)")
+    ap.add_argument("--buffer-memory", type=int, default=None,
+                    help="the producer's buffer_memory (and max_request_size, at most "
+                         "this): small ones make sends wait for memory, in faults most")
     ap.add_argument("--eager-compression-thread", action="store_true",
                     help="every full batch (64 bytes or more) to the compression thread")
     ap.add_argument("--verbose", action="store_true",
@@ -1035,6 +1042,12 @@ def main(argv: list[str] | None = None) -> int:
         cfg.producer_options["compression_type"] = args.compression
     if args.batch_size:
         cfg.producer_options["batch_size"] = args.batch_size
+    if args.buffer_memory:
+        # The too-large poison record (poison_big_bytes) must still reach the broker.
+        if args.buffer_memory < 2 * cfg.poison_big_bytes:
+            raise SystemExit(f"--buffer-memory must be at least {2 * cfg.poison_big_bytes}")
+        cfg.producer_options["buffer_memory"] = args.buffer_memory
+        cfg.producer_options["max_request_size"] = min(1 << 20, args.buffer_memory)
     tmp = None
     if args.cluster_dir:
         state_dir = Path(args.cluster_dir)
