@@ -592,6 +592,12 @@ class BrokerConnection(asyncio.Protocol):
         if self._closing:
             return
         n = len(data)
+        if n >= 8 and self._frame is None and not self._size_buf \
+                and int.from_bytes(data[:4], "big", signed=True) == n - 4 \
+                and n - 4 <= self.max_response_bytes:
+            # The usual chunk: one whole response, nothing before or after it.
+            self._on_frame(memoryview(data)[4:])
+            return
         pos = 0
         view: memoryview | None = None
         while pos < n:
