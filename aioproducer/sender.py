@@ -52,6 +52,7 @@ from .transaction_state import PRODUCE_FENCED_CODES
 from .types import TopicPartition
 
 if TYPE_CHECKING:
+    from .net.connection import BrokerConnection
     from .transactions import TransactionManager
 
 __all__ = ["Sender"]
@@ -324,14 +325,14 @@ class Sender:
             return False
         cluster = self.metadata.cluster
         node = cluster.leaders.get(tp)
-        if node is None or self.metadata.due_in(now) <= 0 \
-                or not self._node_sendable(node):
+        if node is None or self.metadata.due_in(now) <= 0:
             return False
-        if pid is not None and not self._may_send(batch):
+        conn = self._sendable(node)
+        if conn is None or (pid is not None and not self._may_send(batch)):
             return False
         acc.node_polled(node, now, True)
         acc.take(batch, now)
-        self._send_produce(node, [batch], cluster, now)
+        self._send_produce(node, [batch], cluster, now, conn)
         return True
 
     def _run_once(self, now: float, want_delay: bool = True) -> float:
@@ -382,7 +383,7 @@ class Sender:
             self.metadata.request_update()
         sendable = []
         for node in res.nodes:
-            if self._node_sendable(node):
+            if self._sendable(node) is not None:
                 self.acc.node_polled(node, now, True)
                 sendable.append(node)
                 continue
@@ -449,11 +450,13 @@ class Sender:
             return _NONE_MUTED
         return {tp for tp, dq in self.in_flight.items() if dq}
 
-    def _node_sendable(self, node: int) -> bool:
-        if not self.client.ready(node):
-            return False
-        conn = self.client.connection(node)
-        return conn is not None and conn.in_flight < self.max_in_flight and conn.can_write
+    def _sendable(self, node: int) -> BrokerConnection | None:
+        """The node's connection if it takes a Produce request now (up, not throttled,
+        below ``max_in_flight_requests_per_connection``, writable), else None."""
+        conn = self.client.ready_connection(node)
+        if conn is not None and conn.in_flight < self.max_in_flight and conn.can_write:
+            return conn
+        return None
 
     def _may_send(self, batch: ProducerBatch) -> bool:
         """Idempotence: keep sequences in order on the broker.
@@ -483,8 +486,11 @@ class Sender:
     # -- produce -----------------------------------------------------------------
 
     def _send_produce(self, node: int, batches: list[ProducerBatch], cluster: Cluster,
-                      now: float) -> None:
-        conn = self.client.connection(node)
+                      now: float, conn: BrokerConnection | None = None) -> None:
+        """Write one Produce request of ``batches`` to ``node`` (over ``conn``, its
+        connection found sendable in this same step, or looked up here)."""
+        if conn is None:
+            conn = self.client.connection(node)
         if conn is None:  # lost between ready() and here: put them back
             for b in batches:
                 self.acc.reenqueue(b, now)

@@ -313,13 +313,22 @@ class KafkaClient:
 
         Must be called from inside the event loop.
         """
-        if self.connection(node_id) is not None:
+        return self.ready_connection(node_id) is not None
+
+    def ready_connection(self, node_id: int) -> BrokerConnection | None:
+        """:meth:`ready`, giving the connection: the live connection to ``node_id``
+        unless the broker throttles it (KIP-219); else None, and a connection is
+        started if there is none (unless in reconnect backoff or already connecting).
+
+        Must be called from inside the event loop.
+        """
+        conn = self._conns.get(node_id)
+        if conn is not None and conn.is_connected:
             st = self._states.get(node_id)
-            return st is None or st.throttle_until <= time.monotonic()
-        if self._closed:
-            return False
-        self._start_connect(node_id)
-        return False
+            return conn if st is None or st.throttle_until <= time.monotonic() else None
+        if not self._closed:
+            self._start_connect(node_id)
+        return None
 
     # -- quotas (KIP-219) ----------------------------------------------------------------
 

@@ -239,6 +239,9 @@ class FakeClient:
     def ready(self, node: int) -> bool:
         return True
 
+    def ready_connection(self, node: int) -> FakeConnection:
+        return self.conn
+
     def connection(self, node: int) -> FakeConnection:
         return self.conn
 
