@@ -295,12 +295,13 @@ class RecordAccumulator:
         partition count changed, a yield under a linger, memory not free now, the
         producer refusing records), and the Python path takes the record.
 
-        The native path has chosen the partition and bounded the record's size
+        The native path has chosen the partition (below its route's partition count,
+        so below ``num_partitions`` once the two agree) and bounded the record's size
         (``CoreAppender.max_payload``), as the Python path would have.
         """
         route = self.appender.route(topic)
         if route is None or route.num_partitions != num_partitions \
-                or partition >= num_partitions or self._refusal is not None:
+                or self._refusal is not None:
             return None
         tp = (topic, partition)
         if self.linger > 0 and self.batches.get(tp):
