@@ -44,8 +44,8 @@ from .net.client import KafkaClient
 from .net.protocol import (
     PartitionResult,
     ProduceAnswer,
-    decode_produce_answer,
     encode_produce_body,
+    produce_answer_decoder,
 )
 from .producer_id import ProducerIdManager
 from .transaction_state import PRODUCE_FENCED_CODES
@@ -550,15 +550,18 @@ class Sender:
                       ", ".join(f"{b.partition}@{b.producer_epoch}/{b.base_sequence}"
                                 for b in batches))
         try:
-            fut = conn.send_raw(ApiKey.PRODUCE, version, body, flexible=True,
-                                expect_response=self.acks != 0,
-                                decode=partial(decode_produce_answer, version),
-                                callback=partial(self._on_produce_future, node, version,
-                                                 batches, time.monotonic()))
+            if self.acks == 0:  # nothing comes back: done once written
+                conn.send_raw(ApiKey.PRODUCE, version, body, flexible=True,
+                              expect_response=False)
+            else:
+                conn.send_with_reply(ApiKey.PRODUCE, version, body, flexible=True,
+                                     decode=produce_answer_decoder(version),
+                                     reply=partial(self._on_produce_answer, node, version,
+                                                   batches, time.monotonic()))
         except Exception as exc:  # connection died under us
             self._on_produce_done(node, version, batches, exc, None)
             return
-        if fut is None:  # acks=0: nothing comes back; done once written
+        if self.acks == 0:
             self._on_produce_done(node, version, batches, None, None)
 
     def _close_batch(self, b: ProducerBatch) -> None:
@@ -576,19 +579,15 @@ class Sender:
                                 self.txn is not None)
             self.acc.batch_closed(b)
 
-    def _on_produce_future(self, node: int, version: int, batches: list[ProducerBatch],
-                           sent_at: float, fut: asyncio.Future[ProduceAnswer]) -> None:
+    def _on_produce_answer(self, node: int, version: int, batches: list[ProducerBatch],
+                           sent_at: float, answer: ProduceAnswer | None,
+                           exc: BaseException | None) -> None:
+        """The connection's reply to a Produce request: its ``answer``, or ``exc``."""
         self._latency_ms = (time.monotonic() - sent_at) * 1000.0
         try:
-            if fut.cancelled():
-                self._on_produce_done(node, version, batches,
-                                      ProtocolError("produce request was cancelled"), None)
-                return
-            exc = fut.exception()
-            self._on_produce_done(node, version, batches, exc,
-                                  None if exc else fut.result())
-        except Exception as exc:  # a bug: fail loudly, never leave sends hanging
-            self.fail_producer(exc)
+            self._on_produce_done(node, version, batches, exc, answer)
+        except Exception as err:  # a bug: fail loudly, never leave sends hanging
+            self.fail_producer(err)
 
     def _on_produce_done(self, node: int, version: int, batches: list[ProducerBatch],
                          exc: BaseException | None, response: ProduceAnswer | None) -> None:

@@ -124,14 +124,18 @@ def _consume_exception(fut: asyncio.Future[Any]) -> None:
 
 
 class _InFlight:
-    __slots__ = ("api_key", "api_version", "callback", "correlation_id", "deadline",
-                 "decode", "flexible_header", "future", "timeout_ms")
+    """A request waiting for its response: its ``future``, or, for
+    :meth:`BrokerConnection.send_with_reply`, its ``reply`` function (``future`` is
+    then None)."""
+
+    __slots__ = ("api_key", "api_version", "correlation_id", "deadline", "decode",
+                 "flexible_header", "future", "reply", "timeout_ms")
 
     def __init__(self, correlation_id: int, api_key: int, api_version: int,
-                 flexible_header: bool, future: asyncio.Future[Any],
+                 flexible_header: bool, future: asyncio.Future[Any] | None,
                  deadline: float, timeout_ms: int,
                  decode: Callable[[memoryview], Any] | None,
-                 callback: Callable[[asyncio.Future[Any]], None] | None) -> None:
+                 reply: Callable[[Any, BaseException | None], None] | None) -> None:
         self.correlation_id = correlation_id
         self.api_key = api_key
         self.api_version = api_version
@@ -140,7 +144,7 @@ class _InFlight:
         self.deadline = deadline
         self.timeout_ms = timeout_ms
         self.decode = decode
-        self.callback = callback
+        self.reply = reply
 
 
 class BrokerConnection(asyncio.Protocol):
@@ -366,7 +370,6 @@ class BrokerConnection(asyncio.Protocol):
                  body_parts: Sequence[bytes | bytearray | memoryview], *, flexible: bool,
                  expect_response: bool, timeout_ms: int | None = None,
                  decode: None = None,
-                 callback: Callable[[asyncio.Future[memoryview]], None] | None = None,
                  ) -> asyncio.Future[memoryview] | None: ...
 
     @overload
@@ -374,14 +377,12 @@ class BrokerConnection(asyncio.Protocol):
                  body_parts: Sequence[bytes | bytearray | memoryview], *, flexible: bool,
                  expect_response: bool, timeout_ms: int | None = None,
                  decode: Callable[[memoryview], T],
-                 callback: Callable[[asyncio.Future[T]], None] | None = None,
                  ) -> asyncio.Future[T] | None: ...
 
     def send_raw(self, api_key: int, api_version: int,
                  body_parts: Sequence[bytes | bytearray | memoryview], *, flexible: bool,
                  expect_response: bool, timeout_ms: int | None = None,
                  decode: Callable[[memoryview], Any] | None = None,
-                 callback: Callable[[asyncio.Future[Any]], None] | None = None,
                  ) -> asyncio.Future[Any] | None:
         """Write one request whose body is already encoded; zero copy.
 
@@ -404,20 +405,50 @@ class BrokerConnection(asyncio.Protocol):
         :class:`ProtocolError`, and the connection closes (the other requests in flight
         fail with :class:`KafkaConnectionError`), as for any framing error.
 
-        ``callback(future)`` is called once the future is done: right away, in the
-        same turn of the loop, when the response arrives (a done-callback of the
-        future would run one loop iteration later), and soon after a failure.
-
         Raises :class:`KafkaConnectionError` if the connection is closed.
         """
+        if not expect_response:
+            self._send(api_key, api_version, body_parts, flexible, False)
+            return None
+        assert self._loop is not None
+        fut: asyncio.Future[Any] = self._loop.create_future()
+        self._send(api_key, api_version, body_parts, flexible, True, fut, timeout_ms, decode)
+        fut.add_done_callback(_consume_exception)
+        return fut
+
+    def send_with_reply(self, api_key: int, api_version: int,
+                        body_parts: Sequence[bytes | bytearray | memoryview], *,
+                        flexible: bool, decode: Callable[[memoryview], T],
+                        reply: Callable[[T | None, BaseException | None], None],
+                        timeout_ms: int | None = None) -> None:
+        """:meth:`send_raw` of a request that expects a response, without a future:
+        ``reply(decode(body), None)`` is called when the response arrives, in the
+        same turn of the loop, or ``reply(None, error)`` when the request fails (in a
+        later turn when the connection closes or the request times out). The Sender's
+        Produce requests take this way: an asyncio future, its done-callback and the
+        three calls that read its outcome cost about as much as the rest of the
+        answer's handling.
+
+        Raises :class:`KafkaConnectionError` if the connection is closed (and then
+        ``reply`` is not called).
+        """
+        self._send(api_key, api_version, body_parts, flexible, True, None, timeout_ms,
+                   decode, reply)
+
+    def _send(self, api_key: int, api_version: int,
+              body_parts: Sequence[bytes | bytearray | memoryview], flexible: bool,
+              expect_response: bool, fut: asyncio.Future[Any] | None = None,
+              timeout_ms: int | None = None,
+              decode: Callable[[memoryview], Any] | None = None,
+              reply: Callable[[Any, BaseException | None], None] | None = None) -> None:
+        """Frame and write one request; with ``expect_response``, register it as
+        waiting for its response (``fut`` or ``reply``)."""
         transport = self._transport
         if self._closing or transport is None or transport.is_closing():
             raise KafkaConnectionError(
                 f"connection to {self} is closed"
                 + (f": {self.close_reason}" if self.close_reason else "")
             )
-        loop = self._loop
-        assert loop is not None
         cid = self._next_correlation_id
         self._next_correlation_id = (cid + 1) & _MAX_CORRELATION_ID
         header = _REQUEST_HEADER.pack(api_key, api_version, cid) + self._client_id_field
@@ -429,22 +460,21 @@ class BrokerConnection(asyncio.Protocol):
         head = _SIZE.pack(size) + header
         if not expect_response:
             transport.write(b"".join((head, *body_parts)))
-            return None
-        if self._fd >= 0 and len(body_parts) < _IOV_MAX and not transport.get_write_buffer_size():
+            return
+        if self._fd >= 0 and len(body_parts) < _IOV_MAX \
+                and not transport.get_write_buffer_size():
             self._writev(transport, head, body_parts, size + 4)
         else:
             transport.writelines((head, *body_parts))
-        fut: asyncio.Future[Any] = loop.create_future()
-        if callback is None:  # a callback looks at the outcome itself
-            fut.add_done_callback(_consume_exception)
+        loop = self._loop
+        assert loop is not None
         timeout = self.request_timeout_ms if timeout_ms is None else timeout_ms
         deadline = loop.time() + timeout / 1000.0
         self._in_flight.append(_InFlight(cid, api_key, api_version,
                                          flexible and api_key != API_VERSIONS_KEY, fut,
-                                         deadline, timeout, decode, callback))
+                                         deadline, timeout, decode, reply))
         if self._timer is None or deadline < self._timer_when:
             self._arm_timer(deadline)
-        return fut
 
     def _writev(self, transport: asyncio.Transport, head: bytes,
                 body_parts: Sequence[bytes | bytearray | memoryview], total: int) -> None:
@@ -688,16 +718,18 @@ class BrokerConnection(asyncio.Protocol):
                            f"response from {self}: {exc}")
                 log.warning("%s; closing the connection", message)
                 error = ProtocolError(message)
-                if not fut.done():
+                if fut is None:
+                    assert head.reply is not None
+                    head.reply(None, error)
+                elif not fut.done():
                     fut.set_exception(error)
-                if head.callback is not None:
-                    head.callback(fut)
                 self._shutdown(f"protocol error: {message}", error)
                 return
-        if not fut.done():
+        if fut is None:
+            assert head.reply is not None
+            head.reply(result, None)
+        elif not fut.done():
             fut.set_result(result)
-        if head.callback is not None:
-            head.callback(fut)
         sasl = self._sasl
         if sasl is not None and sasl.reauth_due and not self._in_flight:
             sasl.connection_idle()
@@ -766,21 +798,23 @@ class BrokerConnection(asyncio.Protocol):
         pending = list(self._in_flight)
         self._in_flight.clear()
         for p in pending:
-            if p.future.done():
+            fut = p.future
+            if fut is not None and fut.done():
                 continue
-            if p.callback is not None and self._loop is not None:
-                self._loop.call_soon(p.callback, p.future)
             if p is special and special_error is not None:
-                p.future.set_exception(special_error)
+                err: BaseException = special_error
             elif isinstance(cause, ssl.SSLError):
                 # E.g. TLS 1.3: the broker refuses our client certificate only after
                 # the handshake looked complete to us. Not retriable.
-                p.future.set_exception(TLSError(f"TLS with {self} failed: {reason}"))
+                err = TLSError(f"TLS with {self} failed: {reason}")
             else:
                 err = KafkaConnectionError(f"connection to {self} lost: {reason}")
                 if cause is not None:
                     err.__cause__ = cause
-                p.future.set_exception(err)
+            if fut is not None:
+                fut.set_exception(err)
+            elif p.reply is not None and self._loop is not None:
+                self._loop.call_soon(p.reply, None, err)
         transport = self._transport
         if transport is not None:
             transport.abort()

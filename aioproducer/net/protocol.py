@@ -17,7 +17,7 @@ import functools
 import operator
 import sys
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, cast
 
@@ -86,6 +86,7 @@ __all__ = [
     "decode_produce_answer",
     "decode_produce_response",
     "encode_produce_body",
+    "produce_answer_decoder",
     "produce_answer_of",
     "produce_results",
     "read_uvarint",
@@ -267,6 +268,19 @@ def decode_produce_answer(version: int, body: bytes | memoryview) -> ProduceAnsw
                                                parts))
     return ProduceAnswer(throttle_ms, [(None, _topic_uuid(cast("bytes", raw)), p)
                                        for _, raw, p in parts])
+
+
+_PRODUCE_DECODERS: dict[int, Callable[[memoryview], ProduceAnswer]] = {}
+
+
+def produce_answer_decoder(version: int) -> Callable[[memoryview], ProduceAnswer]:
+    """:func:`decode_produce_answer` of ``version``, as a one-argument function (made
+    once per version: the Sender hands one to every Produce request it writes)."""
+    decoder = _PRODUCE_DECODERS.get(version)
+    if decoder is None:
+        decoder = _PRODUCE_DECODERS[version] = functools.partial(decode_produce_answer,
+                                                                 version)
+    return decoder
 
 
 def produce_answer_of(response: ProduceResponse) -> ProduceAnswer:

@@ -373,7 +373,7 @@ async def test_quota_throttle_is_honoured(kafka_bootstrap: str,
 
     muted_until: dict[int, float] = {}
     early: list[float] = []
-    original = BrokerConnection.send_raw
+    original = BrokerConnection.send_with_reply
 
     def spy(self: BrokerConnection, api_key: int, api_version: int, body: Any,
             **kw: Any) -> Any:
@@ -382,21 +382,21 @@ async def test_quota_throttle_is_honoured(kafka_bootstrap: str,
             until = muted_until.get(id(self), 0.0)
             if now < until:
                 early.append(until - now)
-            inner = kw.get("callback")
+            inner = kw["reply"]
 
-            def callback(fut: asyncio.Future[Any], conn: BrokerConnection = self) -> None:
-                if not fut.cancelled() and fut.exception() is None:
-                    ms = float(fut.result().throttle_ms)
+            def reply(answer: Any, exc: BaseException | None,
+                      conn: BrokerConnection = self) -> None:
+                if exc is None:
+                    ms = float(answer.throttle_ms)
                     if ms > 0:
                         muted_until[id(conn)] = max(muted_until.get(id(conn), 0.0),
                                                     time.monotonic() + ms / 1000.0)
-                if inner is not None:
-                    inner(fut)
+                inner(answer, exc)
 
-            kw["callback"] = callback
+            kw["reply"] = reply
         return original(self, api_key, api_version, body, **kw)
 
-    monkeypatch.setattr(BrokerConnection, "send_raw", spy)
+    monkeypatch.setattr(BrokerConnection, "send_with_reply", spy)
     rng = _seed()
     n = 2000
     values = [rng.randbytes(1000) for _ in range(n)]

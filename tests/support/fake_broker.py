@@ -197,12 +197,27 @@ class FakeConnection:
     def send_raw(self, api_key: int, api_version: int,
                  body_parts: Sequence[bytes | bytearray | memoryview], *, flexible: bool,
                  expect_response: bool, timeout_ms: int | None = None,
-                 decode: Any = None, callback: Any = None) -> asyncio.Future[Any] | None:
+                 decode: Any = None) -> asyncio.Future[Any] | None:
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+        def reply(answer: Any, exc: BaseException | None) -> None:
+            if exc is not None:
+                fut.set_exception(exc)
+            else:
+                fut.set_result(answer)
+
+        self.send_with_reply(api_key, api_version, body_parts, flexible=flexible,
+                             decode=decode, reply=reply, timeout_ms=timeout_ms)
+        return fut if expect_response else None
+
+    def send_with_reply(self, api_key: int, api_version: int,
+                        body_parts: Sequence[bytes | bytearray | memoryview], *,
+                        flexible: bool, decode: Any, reply: Any,
+                        timeout_ms: int | None = None) -> None:
         assert int(api_key) == int(ApiKey.PRODUCE)
         loop = asyncio.get_running_loop()
         body = b"".join(bytes(p) for p in body_parts)
         answers = self.broker.produce(api_version, body)
-        fut: asyncio.Future[Any] = loop.create_future()
         self.in_flight += 1
         broker = self.broker
         tps = [tp for tp, _ in answers]
@@ -218,14 +233,11 @@ class FakeConnection:
             if lost:
                 for tp in lost:
                     broker._lost[tp] -= 1
-                fut.set_exception(KafkaConnectionError("the connection was lost (fake)"))
+                reply(None, KafkaConnectionError("the connection was lost (fake)"))
             else:
-                fut.set_result(ProduceAnswer(0, [(tp[0], None, r) for tp, r in results]))
-            if callback is not None:
-                callback(fut)
+                reply(ProduceAnswer(0, [(tp[0], None, r) for tp, r in results]), None)
 
         loop.call_soon(respond)
-        return fut
 
 
 class FakeClient:

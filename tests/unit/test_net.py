@@ -910,3 +910,78 @@ async def test_fetch_metadata_moves_past_dead_nodes(bootstrap: str) -> None:
             await client.connect(500, 1.0)
         client.update_nodes(real)
         assert 500 not in client.nodes
+
+
+@asyncio_test
+async def test_send_with_reply_answers_without_a_future() -> None:
+    """The Produce path's way: ``reply(decode(body), None)`` in the turn the response
+    arrives, nothing returned, and the connection's bookkeeping as for a future."""
+    async with FakeBroker("ok", n_topics=2) as fake:
+        conn = await BrokerConnection.open("127.0.0.1", fake.port)
+        got: list[tuple[Any, BaseException | None]] = []
+        arrived = asyncio.get_running_loop().create_future()
+
+        def reply(answer: Any, exc: BaseException | None) -> None:
+            got.append((answer, exc))
+            if len(got) == 2:
+                arrived.set_result(None)
+
+        body = _encode(_metadata_request())
+        for _ in range(2):
+            assert conn.send_with_reply(3, 12, [body], flexible=True, reply=reply,
+                                        decode=lambda b: bytes(b)) is None
+        assert conn.in_flight == 2
+        await asyncio.wait_for(arrived, 5)
+        assert [exc for _, exc in got] == [None, None]
+        assert got[0][0] == got[1][0] == _metadata_v12_body(2)
+        assert conn.in_flight == 0 and conn.is_connected
+        conn.close()
+        await conn.wait_closed()
+        with pytest.raises(KafkaConnectionError, match="closed"):
+            conn.send_with_reply(3, 12, [body], flexible=True, reply=reply,
+                                 decode=lambda b: bytes(b))
+        assert len(got) == 2  # a request that could not be written gets no reply
+
+
+@pytest.mark.parametrize("mode", ["silent", "huge", "close_mid", "undecodable", "closed"])
+@asyncio_test
+async def test_send_with_reply_failures(mode: str) -> None:
+    """Each way a request with a reply can fail calls ``reply(None, error)`` once, with
+    the error a future would have had, and later requests on the connection fail as
+    lost."""
+    async with FakeBroker("ok" if mode in ("undecodable", "closed") else mode,
+                          n_topics=50) as fake:
+        conn = await BrokerConnection.open("127.0.0.1", fake.port, request_timeout_ms=300)
+        loop = asyncio.get_running_loop()
+        got: list[tuple[Any, BaseException | None]] = []
+        done = loop.create_future()
+
+        def reply(answer: Any, exc: BaseException | None) -> None:
+            got.append((answer, exc))
+            if len(got) == 2:
+                done.set_result(None)
+
+        def decode(body: memoryview) -> bytes:
+            if mode == "undecodable":
+                raise ValueError("not the response")
+            return bytes(body)
+
+        body = _encode(_metadata_request())
+        for _ in range(2):
+            conn.send_with_reply(3, 12, [body], flexible=True, reply=reply, decode=decode)
+        if mode == "closed":
+            conn.close("closed by the test")
+            assert got == []  # the replies come in a later turn of the loop
+        await asyncio.wait_for(done, 5)
+        await asyncio.sleep(0.05)
+        assert len(got) == 2 and all(answer is None for answer, _ in got)
+        first, second = got[0][1], got[1][1]
+        expected = {"silent": (RequestTimedOutError, "within 300 ms"),
+                    "huge": (ProtocolError, "response frame of"),
+                    "close_mid": (KafkaConnectionError, "lost: the broker closed"),
+                    "undecodable": (ProtocolError, "malformed Metadata v12 response"),
+                    "closed": (KafkaConnectionError, "lost: closed by the test")}[mode]
+        assert isinstance(first, expected[0]) and expected[1] in str(first), first
+        assert isinstance(second, KafkaConnectionError), second
+        assert not conn.is_connected and conn.in_flight == 0
+        await conn.wait_closed()
