@@ -42,16 +42,18 @@ from .metrics import ProducerMetrics
 from .net.apis import PRODUCE_MAX_VERSION, PRODUCE_MIN_VERSION, ApiKey
 from .net.client import KafkaClient
 from .net.protocol import (
+    PRODUCE_ANSWER_DECODERS,
     PartitionResult,
     ProduceAnswer,
     encode_produce_body,
-    produce_answer_decoder,
 )
 from .producer_id import ProducerIdManager
 from .transaction_state import PRODUCE_FENCED_CODES
 from .types import TopicPartition
 
 if TYPE_CHECKING:
+    import uuid
+
     from .net.connection import BrokerConnection
     from .transactions import TransactionManager
 
@@ -491,60 +493,63 @@ class Sender:
         connection found sendable in this same step, or looked up here)."""
         if conn is None:
             conn = self.client.connection(node)
-        if conn is None:  # lost between ready() and here: put them back
-            for b in batches:
-                self.acc.reenqueue(b, now)
-            return
+            if conn is None:  # lost between ready() and here: put them back
+                for b in batches:
+                    self.acc.reenqueue(b, now)
+                return
+        txn = self.txn
         try:
             version = conn.version_for(ApiKey.PRODUCE, PRODUCE_MIN_VERSION,
-                                       PRODUCE_MAX_VERSION if self.txn is None
-                                       else self.txn.produce_max_version)
+                                       PRODUCE_MAX_VERSION if txn is None
+                                       else txn.produce_max_version)
         except UnsupportedVersionError as exc:
             for b in batches:
                 self._fail(b, exc, written=False)
             return
-        by_topic: dict[str, list[tuple[int, memoryview]]] = {}
-        m = self.metrics
-        records = 0
-        sent: list[ProducerBatch] = []
-        for b in batches:
-            try:
-                self._close_batch(b)
-            except Exception as exc:  # a codec that raised: this batch cannot be sent
-                log.error("could not close the batch for %s-%d", b.topic, b.partition,
-                          exc_info=exc)
-                err = KafkaError(f"could not encode the batch for {b.topic}-{b.partition}: "
-                                 f"{exc!r}")
-                err.__cause__ = exc
-                self._fail(b, err, written=False)
-                continue
-            builder = b.builder
-            size = builder.size_in_bytes
-            raw = builder.records_size
-            m.batch_sent(b.topic, b.record_count, size,
-                         (size - BATCH_HEADER_SIZE) / raw if raw > 0 else 1.0,
-                         (now - b.created) * 1000.0, b.attempts > 0, now)
-            records += b.record_count
-            by_topic.setdefault(b.topic, []).append((b.partition, builder.view()))
-            sent.append(b)
-        if not sent:
-            return
-        batches = sent
-        m.request_sent(records, now)
-        self.metadata.touch(by_topic, now)  # in use: no expiry (metadata_max_idle_ms)
-        topics = []
-        for topic, parts in by_topic.items():
-            info = cluster.topics.get(topic)
+        topics: list[tuple[str, uuid.UUID | None, list[tuple[int, memoryview]]]]
+        if len(batches) == 1:  # a lone send_and_wait's request, and many others
+            b = batches[0]
+            view = self._batch_out(b, now)
+            if view is None:
+                return
+            records = b.record_count
+            info = cluster.topics.get(b.topic)
             tid = info.topic_id if info is not None else None
+            topics = [(b.topic, tid, [(b.partition, view)])]
             if tid is None:
                 version = min(version, 12)
-            topics.append((topic, tid, parts))
-        body = encode_produce_body(
-            version, transactional_id=self.transactional_id, acks=self.acks,
-            timeout_ms=self.request_timeout_ms, topics=topics,
-        )
+            self.metadata.touch((b.topic,), now)  # in use: no expiry (metadata_max_idle_ms)
+        else:
+            by_topic: dict[str, list[tuple[int, memoryview]]] = {}
+            records = 0
+            sent: list[ProducerBatch] = []
+            for b in batches:
+                view = self._batch_out(b, now)
+                if view is not None:
+                    records += b.record_count
+                    by_topic.setdefault(b.topic, []).append((b.partition, view))
+                    sent.append(b)
+            if not sent:
+                return
+            batches = sent
+            self.metadata.touch(by_topic, now)
+            topics = []
+            for topic, parts in by_topic.items():
+                info = cluster.topics.get(topic)
+                tid = info.topic_id if info is not None else None
+                if tid is None:
+                    version = min(version, 12)
+                topics.append((topic, tid, parts))
+        self.metrics.request_sent(records, now)
+        body = encode_produce_body(version, transactional_id=self.transactional_id,
+                                   acks=self.acks, timeout_ms=self.request_timeout_ms,
+                                   topics=topics)
+        in_flight = self.in_flight
         for b in batches:
-            self.in_flight.setdefault(b.tp, deque()).append(b)
+            flying = in_flight.get(b.tp)
+            if flying is None:
+                flying = in_flight[b.tp] = deque()
+            flying.append(b)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("produce v%d to node %d: %s", version, node,
                       ", ".join(f"{b.partition}@{b.producer_epoch}/{b.base_sequence}"
@@ -555,7 +560,7 @@ class Sender:
                               expect_response=False)
             else:
                 conn.send_with_reply(ApiKey.PRODUCE, version, body, flexible=True,
-                                     decode=produce_answer_decoder(version),
+                                     decode=PRODUCE_ANSWER_DECODERS[version],
                                      reply=partial(self._on_produce_answer, node, version,
                                                    batches, time.monotonic()))
         except Exception as exc:  # connection died under us
@@ -563,6 +568,27 @@ class Sender:
             return
         if self.acks == 0:
             self._on_produce_done(node, version, batches, None, None)
+
+    def _batch_out(self, b: ProducerBatch, now: float) -> memoryview | None:
+        """Close ``b`` for a request (:meth:`_close_batch`) and count it as sent; the
+        bytes to send, or None when it could not be closed (and then it failed)."""
+        try:
+            self._close_batch(b)
+        except Exception as exc:  # a codec that raised: this batch cannot be sent
+            log.error("could not close the batch for %s-%d", b.topic, b.partition,
+                      exc_info=exc)
+            err = KafkaError(f"could not encode the batch for {b.topic}-{b.partition}: "
+                             f"{exc!r}")
+            err.__cause__ = exc
+            self._fail(b, err, written=False)
+            return None
+        builder = b.builder
+        size = builder.size_in_bytes
+        raw = builder.records_size
+        self.metrics.batch_sent(b.topic, b.record_count, size,
+                                (size - BATCH_HEADER_SIZE) / raw if raw > 0 else 1.0,
+                                (now - b.created) * 1000.0, b.attempts > 0, now)
+        return builder.view()
 
     def _close_batch(self, b: ProducerBatch) -> None:
         """Write the batch header once: its producer id, epoch and sequence are
@@ -583,17 +609,21 @@ class Sender:
                            sent_at: float, answer: ProduceAnswer | None,
                            exc: BaseException | None) -> None:
         """The connection's reply to a Produce request: its ``answer``, or ``exc``."""
-        self._latency_ms = (time.monotonic() - sent_at) * 1000.0
+        now = time.monotonic()
+        self._latency_ms = (now - sent_at) * 1000.0
         try:
-            self._on_produce_done(node, version, batches, exc, answer)
+            self._on_produce_done(node, version, batches, exc, answer, now)
         except Exception as err:  # a bug: fail loudly, never leave sends hanging
             self.fail_producer(err)
 
     def _on_produce_done(self, node: int, version: int, batches: list[ProducerBatch],
-                         exc: BaseException | None, response: ProduceAnswer | None) -> None:
-        now = time.monotonic()
+                         exc: BaseException | None, response: ProduceAnswer | None,
+                         now: float | None = None) -> None:
+        if now is None:
+            now = time.monotonic()
+        in_flight = self.in_flight
         for b in batches:
-            flying = self.in_flight.get(b.tp)
+            flying = in_flight.get(b.tp)
             if flying:
                 if flying[0] is b:  # answers come in order: the usual case
                     flying.popleft()
@@ -618,9 +648,18 @@ class Sender:
                 self.client.throttle(node, throttle_ms)
                 self.metrics.throttle_time_total += throttle_ms
             endpoints = response.node_endpoints
-            results: dict[TopicPartition, PartitionResult] = {}
             names_by_id = self.metadata.cluster.names_by_id
-            for name, topic_id, part in response.partitions:
+            answered = response.partitions
+            if len(batches) == 1 and len(answered) == 1:  # one batch, its answer
+                b = batches[0]
+                name, topic_id, part = answered[0]
+                if part.index == b.partition and b.topic == (
+                        name if name is not None or topic_id is None
+                        else names_by_id.get(topic_id)):
+                    self._on_partition_response(node, b, part, now, endpoints)
+                    return
+            results: dict[TopicPartition, PartitionResult] = {}
+            for name, topic_id, part in answered:
                 if name is None and topic_id is not None:
                     name = names_by_id.get(topic_id)
                 if name is not None:
@@ -631,13 +670,10 @@ class Sender:
             # The Sender has work if batches are queued (held back behind this
             # request, or retried), or if it waits for something to finish. Waking it
             # for nothing costs a turn of the loop and a timer per response.
+            pid = self.pid
             if exc is not None or self.acc.closing or self.txn is not None \
-                    or self.acc.has_queued() or self._recovering():
+                    or self.acc.has_queued() or (pid is not None and pid.recovering):
                 self.wakeup()
-
-    def _recovering(self) -> bool:
-        pid = self.pid
-        return pid is not None and bool(pid.recovering)
 
     def _on_partition_response(self, node: int, b: ProducerBatch, p: PartitionResult | None,
                                now: float,

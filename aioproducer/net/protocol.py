@@ -73,6 +73,7 @@ except ImportError as exc:  # pragma: no cover - depends on the build
     ) from exc
 
 __all__ = [
+    "PRODUCE_ANSWER_DECODERS",
     "PRODUCE_API_KEY",
     "PRODUCE_MAX_VERSION",
     "PRODUCE_MIN_VERSION",
@@ -86,7 +87,6 @@ __all__ = [
     "decode_produce_answer",
     "decode_produce_response",
     "encode_produce_body",
-    "produce_answer_decoder",
     "produce_answer_of",
     "produce_results",
     "read_uvarint",
@@ -270,17 +270,11 @@ def decode_produce_answer(version: int, body: bytes | memoryview) -> ProduceAnsw
                                        for _, raw, p in parts])
 
 
-_PRODUCE_DECODERS: dict[int, Callable[[memoryview], ProduceAnswer]] = {}
-
-
-def produce_answer_decoder(version: int) -> Callable[[memoryview], ProduceAnswer]:
-    """:func:`decode_produce_answer` of ``version``, as a one-argument function (made
-    once per version: the Sender hands one to every Produce request it writes)."""
-    decoder = _PRODUCE_DECODERS.get(version)
-    if decoder is None:
-        decoder = _PRODUCE_DECODERS[version] = functools.partial(decode_produce_answer,
-                                                                 version)
-    return decoder
+# decode_produce_answer of each version, as a one-argument function: the decoder the
+# Sender hands to every Produce request it writes.
+PRODUCE_ANSWER_DECODERS: dict[int, Callable[[memoryview], ProduceAnswer]] = {
+    v: functools.partial(decode_produce_answer, v)
+    for v in range(PRODUCE_MIN_VERSION, PRODUCE_MAX_VERSION + 1)}
 
 
 def produce_answer_of(response: ProduceResponse) -> ProduceAnswer:
