@@ -648,16 +648,22 @@ class Sender:
                 self.client.throttle(node, throttle_ms)
                 self.metrics.throttle_time_total += throttle_ms
             endpoints = response.node_endpoints
-            names_by_id = self.metadata.cluster.names_by_id
             answered = response.partitions
             if len(batches) == 1 and len(answered) == 1:  # one batch, its answer
                 b = batches[0]
                 name, topic_id, part = answered[0]
-                if part.index == b.partition and b.topic == (
-                        name if name is not None or topic_id is None
-                        else names_by_id.get(topic_id)):
-                    self._on_partition_response(node, b, part, now, endpoints)
-                    return
+                if part.index == b.partition:
+                    if name is None and topic_id is not None:
+                        # The batch's topic's id? (As a number: uuid.UUID compares
+                        # and hashes in Python.)
+                        info = self.metadata.cluster.topics.get(b.topic)
+                        known = info.topic_id if info is not None else None
+                        if known is not None and known.int == topic_id.int:
+                            name = b.topic
+                    if name == b.topic:
+                        self._on_partition_response(node, b, part, now, endpoints)
+                        return
+            names_by_id = self.metadata.cluster.names_by_id
             results: dict[TopicPartition, PartitionResult] = {}
             for name, topic_id, part in answered:
                 if name is None and topic_id is not None:

@@ -33,9 +33,21 @@ class PartitionResult:
                  record_errors: list[tuple[int, str | None]] | None = None,
                  current_leader: tuple[int, int] | None = None) -> None: ...
 
-def decode_produce_written(
-    version: int, body: Buffer
-) -> tuple[int, list[tuple[str | None, bytes | None, PartitionResult]]] | None:
+@final
+class ProduceAnswer:
+    """A Produce response, flattened for the Sender: ``partitions`` is
+    ``[(topic_name, topic_id, result), ...]`` (by name up to v12, by id from v13)."""
+
+    partitions: list[tuple[str | None, UUID | None, PartitionResult]]
+    @property
+    def throttle_ms(self) -> int: ...
+    @property
+    def node_endpoints(self) -> dict[int, tuple[str, int]]: ...
+    def __init__(self, throttle_ms: int,
+                 partitions: list[tuple[str | None, UUID | None, PartitionResult]],
+                 node_endpoints: dict[int, tuple[str, int]] | None = None) -> None: ...
+
+def decode_produce_written(version: int, body: Buffer) -> ProduceAnswer | None:
     """The answer if every partition was written and nothing else is said; else None."""
 
 def encode_produce_body(

@@ -36,6 +36,8 @@ from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 
+from uuid import UUID as _UUID
+
 from .wire cimport (
     Writer,
     put_be16,
@@ -106,6 +108,59 @@ cdef class PartitionResult:
     __hash__ = None
 
 
+@cython.final
+cdef class ProduceAnswer:
+    """A Produce response, flattened for the Sender.
+
+    ``partitions`` is ``[(topic_name, topic_id, result), ...]``: topics come back by
+    name up to v12 (``topic_id`` None) and by id from v13 (``topic_name`` None; the
+    id a ``uuid.UUID``, or None for the nil id). ``node_endpoints`` maps the node ids
+    of KIP-951 leader hints to their addresses.
+    """
+
+    cdef readonly int throttle_ms
+    cdef public list partitions
+    cdef readonly dict node_endpoints
+
+    def __init__(self, int throttle_ms, list partitions, dict node_endpoints=None):
+        self.throttle_ms = throttle_ms
+        self.partitions = partitions
+        self.node_endpoints = {} if node_endpoints is None else node_endpoints
+
+    def __repr__(self):
+        return (f"ProduceAnswer(throttle_ms={self.throttle_ms}, "
+                f"partitions={self.partitions!r}, node_endpoints={self.node_endpoints!r})")
+
+    def __eq__(self, other):
+        if not isinstance(other, ProduceAnswer):
+            return NotImplemented
+        cdef ProduceAnswer o = <ProduceAnswer>other
+        return (self.throttle_ms == o.throttle_ms and self.partitions == o.partitions
+                and self.node_endpoints == o.node_endpoints)
+
+    __hash__ = None
+
+
+# Topic ids seen in answers, by their 16 bytes: a producer writes to a handful of
+# topics, and a uuid.UUID costs more to build than the rest of the answer.
+cdef dict _TOPIC_IDS = {}
+cdef Py_ssize_t _TOPIC_IDS_MAX = 4096
+cdef bytes _NIL_ID = bytes(16)
+
+
+cdef object _topic_uuid(bytes raw):
+    """The topic id of ``raw``, None for the nil id (as kio reads it)."""
+    tid = _TOPIC_IDS.get(raw)
+    if tid is None:
+        if raw == _NIL_ID:
+            return None
+        if len(_TOPIC_IDS) >= _TOPIC_IDS_MAX:
+            _TOPIC_IDS.clear()
+        tid = _UUID(bytes=raw)
+        _TOPIC_IDS[raw] = tid
+    return tid
+
+
 cdef struct Reader:
     const uint8_t* p
     Py_ssize_t pos
@@ -143,10 +198,8 @@ cdef inline uint64_t get_uvarint(Reader* r) noexcept nogil:
 
 
 def decode_produce_written(int version, body):
-    """``(throttle_ms, [(topic_name, topic_id, PartitionResult), ...])`` for an answer
-    in which every partition was written and nothing else is said; ``None`` for any
-    other body (see the module's doc). ``topic_name`` is set up to v12, ``topic_id``
-    (its 16 bytes) from v13."""
+    """The :class:`ProduceAnswer` of an answer in which every partition was written and
+    nothing else is said; ``None`` for any other body (see the module's doc)."""
     if version < MIN_VERSION or version > MAX_VERSION:
         return None
     cdef Py_buffer buf
@@ -183,7 +236,7 @@ cdef object _decode(int version, const uint8_t* data, Py_ssize_t size):
         if by_id:
             if r.end - r.pos < 16:
                 return None
-            topic_id = PyBytes_FromStringAndSize(<const char*>(r.p + r.pos), 16)
+            topic_id = _topic_uuid(PyBytes_FromStringAndSize(<const char*>(r.p + r.pos), 16))
             r.pos += 16
             name = None
         else:
@@ -229,7 +282,11 @@ cdef object _decode(int version, const uint8_t* data, Py_ssize_t size):
     # No tagged fields, and nothing after them.
     if r.bad or r.end - r.pos != 1 or r.p[r.pos] != 0:
         return None
-    return (throttle, out)
+    cdef ProduceAnswer answer = ProduceAnswer.__new__(ProduceAnswer)
+    answer.throttle_ms = throttle
+    answer.partitions = out
+    answer.node_endpoints = {}
+    return answer
 
 
 # -- the request ------------------------------------------------------------------------

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     import kio.schema.produce.v13.response as _r13
 
 try:
-    from .._native.produce import PartitionResult, decode_produce_written
+    from .._native.produce import PartitionResult, ProduceAnswer, decode_produce_written
     from .._native.produce import encode_produce_body as _encode_produce_body
     from .._native.scan import (
         ARRAY_COMPACT,
@@ -217,39 +217,6 @@ def decode_produce_response(version: int, body: bytes | memoryview) -> ProduceRe
                          body)
 
 
-@dataclasses.dataclass(slots=True)
-class ProduceAnswer:
-    """A Produce response, flattened for the Sender.
-
-    ``partitions`` is ``[(topic_name, topic_id, result), ...]``: topics come back by
-    name up to v12 (``topic_id`` None) and by id from v13 (``topic_name`` None).
-    ``node_endpoints`` maps the node ids of KIP-951 leader hints to their addresses.
-    """
-
-    throttle_ms: int
-    partitions: list[tuple[str | None, uuid.UUID | None, PartitionResult]]
-    node_endpoints: dict[int, tuple[str, int]] = dataclasses.field(default_factory=dict)
-
-
-# Topic ids seen in answers, by their 16 bytes: a producer writes to a handful of
-# topics, and a uuid.UUID costs more to build than the rest of the answer.
-_TOPIC_IDS: dict[bytes, uuid.UUID] = {}
-_TOPIC_IDS_MAX = 4096
-_NIL_ID = bytes(16)
-
-
-def _topic_uuid(raw: bytes) -> uuid.UUID | None:
-    """The topic id of ``raw``, None for the nil id (as kio reads it)."""
-    tid = _TOPIC_IDS.get(raw)
-    if tid is None:
-        if raw == _NIL_ID:
-            return None
-        if len(_TOPIC_IDS) >= _TOPIC_IDS_MAX:
-            _TOPIC_IDS.clear()
-        tid = _TOPIC_IDS[raw] = uuid.UUID(bytes=raw)
-    return tid
-
-
 def decode_produce_answer(version: int, body: bytes | memoryview) -> ProduceAnswer:
     """Decode a Produce response body (after the response header) for the Sender.
 
@@ -259,15 +226,10 @@ def decode_produce_answer(version: int, body: bytes | memoryview) -> ProduceAnsw
     Both give the same :class:`ProduceAnswer` (the fuzz target ``produce_answer``
     checks that they agree). :class:`ProtocolError` for a body that does not decode.
     """
-    written = decode_produce_written(version, body)
-    if written is None:
+    answer = decode_produce_written(version, body)
+    if answer is None:
         return produce_answer_of(decode_produce_response(version, body))
-    throttle_ms, parts = written
-    if version < _TOPIC_ID_VERSION:
-        return ProduceAnswer(throttle_ms, cast("list[tuple[str | None, Any, PartitionResult]]",
-                                               parts))
-    return ProduceAnswer(throttle_ms, [(None, _topic_uuid(cast("bytes", raw)), p)
-                                       for _, raw, p in parts])
+    return answer
 
 
 # decode_produce_answer of each version, as a one-argument function: the decoder the

@@ -86,6 +86,7 @@ class FakeBroker:
         self._lost: dict[TopicPartition, int] = {}
         self._held: dict[TopicPartition, list[Callable[[], None]]] = {}
         self._holding: set[TopicPartition] = set()
+        self._misnamed: dict[TopicPartition, int] = {}
         self._next_producer_id = 1000
 
     # -- scripting -------------------------------------------------------------------
@@ -95,6 +96,11 @@ class FakeBroker:
 
     def lose_answer(self, tp: TopicPartition, times: int = 1) -> None:
         self._lost[tp] = self._lost.get(tp, 0) + times
+
+    def misname(self, tp: TopicPartition, times: int = 1) -> None:
+        """The next ``times`` answers for ``tp`` name partition ``tp[1] + 1`` instead
+        (written there, offset 0): a broker bug, or a corrupted answer."""
+        self._misnamed[tp] = self._misnamed.get(tp, 0) + times
 
     def hold(self, tp: TopicPartition) -> None:
         self._holding.add(tp)
@@ -137,6 +143,9 @@ class FakeBroker:
 
     def _answer_for(self, tp: TopicPartition, index: int,
                     records: bytes) -> Callable[[], PartitionResult]:
+        if self._misnamed.get(tp):
+            self._misnamed[tp] -= 1
+            return lambda: PartitionResult(index + 1, 0, 0)
         refusals = self._refusals.get(tp)
         if refusals:
             code = refusals.popleft()

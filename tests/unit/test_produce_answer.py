@@ -115,3 +115,19 @@ def test_versions_outside_9_to_13_are_not_decoded_natively() -> None:
     body = _body(9)
     assert decode_produce_written(8, body) is None
     assert decode_produce_written(14, body) is None
+
+
+def test_topic_ids_are_shared_and_nil_is_none() -> None:
+    """From v13 the compiled decoder gives each topic id as one ``uuid.UUID`` per id
+    (made once), and the nil id as None, as kio reads it."""
+    first = decode_produce_written(13, _body(13))
+    second = decode_produce_written(13, _body(13))
+    assert first is not None and second is not None
+    assert first.partitions[0][1] == TID and first.partitions[0][1] is second.partitions[0][1]
+    assert first.node_endpoints == {} and first.node_endpoints is not second.node_endpoints
+    nil = _body(13).replace(TID.bytes, bytes(16))
+    answer = decode_produce_written(13, nil)
+    assert answer is not None and answer.partitions[0][1] is None
+    assert answer == protocol.produce_answer_of(protocol.decode_produce_response(13, nil))
+    assert repr(answer).startswith("ProduceAnswer(throttle_ms=0, partitions=[(None, None, ")
+    assert answer != ProduceAnswer(1, answer.partitions) and answer != object()

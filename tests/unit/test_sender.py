@@ -59,6 +59,21 @@ async def test_a_retriable_error_is_retried_and_written_once() -> None:
         await p.close()
 
 
+@pytest.mark.parametrize("idempotent", [False, True])
+async def test_an_answer_for_another_partition_is_no_answer(idempotent: bool) -> None:
+    """A one-batch request answered for another partition (the one-answer shortcut
+    must not take it for the batch's): the batch is retried, then written once."""
+    p = parts({"t": 2}, linger_ms=0, retry_backoff_ms=10, enable_idempotence=idempotent)
+    try:
+        p.broker.misname(TP)
+        (meta,) = await settled([await send(p, b"a")])
+        assert isinstance(meta, RecordMetadata) and meta.offset == 0
+        assert p.broker.requests == 2
+        assert len(p.broker.records(TP)) == 1 and p.broker.records(("t", 1)) == []
+    finally:
+        await p.close()
+
+
 async def test_retries_run_out_with_the_broker_error() -> None:
     p = parts({"t": 1}, linger_ms=0, retry_backoff_ms=1, retries=2)
     try:
