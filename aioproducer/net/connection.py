@@ -34,7 +34,6 @@ import logging
 import os
 import socket
 import ssl
-import struct
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeVar, cast, overload
@@ -45,6 +44,7 @@ from kio.schema.index import api_key_map
 from kio.serial import entity_writer
 from kio.static.protocol import RequestPayload, ResponsePayload
 
+from .._native.frames import InFlight, request_head
 from .._version import __version__
 from ..errors import (
     KafkaConnectionError,
@@ -81,12 +81,10 @@ T = TypeVar("T")
 API_VERSIONS_KEY: Final = int(ApiKey.API_VERSIONS)
 _UNSUPPORTED_VERSION: Final = int(ErrorCode.unsupported_version)
 _MAX_CORRELATION_ID: Final = 0x7FFFFFFF
-_REQUEST_HEADER: Final = struct.Struct(">hhi")
 # Requests go out with one writev() of their parts where the platform has it; at most
 # this many parts (POSIX IOV_MAX is at least 16; Linux and macOS allow 1024).
 _WRITEV = hasattr(os, "writev")
 _IOV_MAX = 1024 if _WRITEV else 0
-_SIZE: Final = struct.Struct(">i")
 _SOFTWARE_NAME: Final = "aioproducer"
 _SOFTWARE_VERSION: Final = __version__
 
@@ -121,30 +119,6 @@ def api_name(api_key: int) -> str:
 def _consume_exception(fut: asyncio.Future[Any]) -> None:
     if not fut.cancelled():
         fut.exception()
-
-
-class _InFlight:
-    """A request waiting for its response: its ``future``, or, for
-    :meth:`BrokerConnection.send_with_reply`, its ``reply`` function (``future`` is
-    then None)."""
-
-    __slots__ = ("api_key", "api_version", "correlation_id", "deadline", "decode",
-                 "flexible_header", "future", "reply", "timeout_ms")
-
-    def __init__(self, correlation_id: int, api_key: int, api_version: int,
-                 flexible_header: bool, future: asyncio.Future[Any] | None,
-                 deadline: float, timeout_ms: int,
-                 decode: Callable[[memoryview], Any] | None,
-                 reply: Callable[[Any, BaseException | None], None] | None) -> None:
-        self.correlation_id = correlation_id
-        self.api_key = api_key
-        self.api_version = api_version
-        self.flexible_header = flexible_header
-        self.future = future
-        self.deadline = deadline
-        self.timeout_ms = timeout_ms
-        self.decode = decode
-        self.reply = reply
 
 
 class BrokerConnection(asyncio.Protocol):
@@ -202,7 +176,7 @@ class BrokerConnection(asyncio.Protocol):
         self._negotiated = False
         self._closing = False
         self._closed_event = asyncio.Event()
-        self._in_flight: deque[_InFlight] = deque()
+        self._in_flight: deque[InFlight] = deque()
         self._next_correlation_id = 0
         self._timer: asyncio.TimerHandle | None = None
         self._timer_when = 0.0
@@ -451,26 +425,21 @@ class BrokerConnection(asyncio.Protocol):
             )
         cid = self._next_correlation_id
         self._next_correlation_id = (cid + 1) & _MAX_CORRELATION_ID
-        header = _REQUEST_HEADER.pack(api_key, api_version, cid) + self._client_id_field
-        if flexible:
-            header += b"\x00"  # request header v2: empty tagged fields
-        size = len(header)
-        for part in body_parts:
-            size += part.nbytes if isinstance(part, memoryview) else len(part)
-        head = _SIZE.pack(size) + header
+        head, total = request_head(api_key, api_version, cid, self._client_id_field,
+                                   flexible, body_parts)
         if not expect_response:
             transport.write(b"".join((head, *body_parts)))
             return
         if self._fd >= 0 and len(body_parts) < _IOV_MAX \
                 and not transport.get_write_buffer_size():
-            self._writev(transport, head, body_parts, size + 4)
+            self._writev(transport, head, body_parts, total)
         else:
             transport.writelines((head, *body_parts))
         loop = self._loop
         assert loop is not None
         timeout = self.request_timeout_ms if timeout_ms is None else timeout_ms
         deadline = loop.time() + timeout / 1000.0
-        self._in_flight.append(_InFlight(cid, api_key, api_version,
+        self._in_flight.append(InFlight(cid, api_key, api_version,
                                          flexible and api_key != API_VERSIONS_KEY, fut,
                                          deadline, timeout, decode, reply))
         if self._timer is None or deadline < self._timer_when:
@@ -782,7 +751,7 @@ class BrokerConnection(asyncio.Protocol):
         await self._closed_event.wait()
 
     def _shutdown(self, reason: str, cause: BaseException | None, *,
-                  special: _InFlight | None = None,
+                  special: InFlight | None = None,
                   special_error: BaseException | None = None) -> None:
         if self._closing:
             return
