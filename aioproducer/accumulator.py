@@ -16,7 +16,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from ._native import BATCH_HEADER_SIZE, Appender, Block, ProducerBatch
+from ._native import BATCH_HEADER_SIZE, Appender, Block, ProducerBatch, new_future
 from ._native.batch import record_size_upper_bound
 from .backoff import ExponentialBackoff
 from .batch_split import records_of_batch
@@ -376,7 +376,7 @@ class RecordAccumulator:
         ``num_partitions``: the topic's partition count from the metadata, for a route
         that is gone (the topic expired while the send waited for memory): the native
         path hashes keys over the route's count, which must be the topic's."""
-        batch = ProducerBatch(tp, block, loop.create_future(), time.monotonic())
+        batch = ProducerBatch(tp, block, new_future(loop), time.monotonic())
         if self.codec:
             cap = block.capacity
             limit = min(cap - _codec_slack(cap), self._compressed_limit(tp))

@@ -207,7 +207,7 @@ class Producer:
         self._appender.hot = self._fast and self._txn is None and self._tracing is None
         if self._appender.hot:
             wire_new_batches(self._appender, self._accumulator, self._metadata,
-                             weakref.WeakMethod(self._on_new_batch))
+                             weakref.ref(self))
 
     def _wake_sender(self) -> None:
         if self._sender is not None:

@@ -12,16 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import weakref
+
     from ._native import Appender, ProducerBatch
     from .accumulator import RecordAccumulator
     from .metadata import Metadata
     from .metrics import ProducerMetrics
     from .net.client import KafkaClient
     from .partitioner import RecordPartitioner
+    from .producer import Producer
     from .sender import Sender
 
 __all__ = ["wire_buffering", "wire_new_batches", "wire_sender"]
@@ -65,26 +67,24 @@ def wire_sender(sender: Sender, client: KafkaClient, metadata: Metadata,
 
 
 def wire_new_batches(appender: Appender, accumulator: RecordAccumulator,
-                     metadata: Metadata,
-                     on_new_batch: Callable[[], Callable[[ProducerBatch], None] | None]
-                     ) -> None:
+                     metadata: Metadata, producer: weakref.ref[Producer]) -> None:
     """The native ``send()`` opens a partition's new batch itself when nothing makes the
     record wait (``Appender.opener``; see :meth:`RecordAccumulator.open_now`), and
-    hands the batch to the producer as the Python path does. ``on_new_batch()`` gives
-    the producer's handler, or None once the producer is gone (a weak method: the
-    appender must not keep an abandoned producer alive)."""
+    hands the batch to the producer's ``_on_new_batch`` as the Python path does.
+    ``producer`` is a weak reference: the appender must not keep an abandoned producer
+    alive (once it is gone, records take the Python path)."""
     loop = asyncio.get_running_loop()
 
     def open_now(topic: str, partition: int, timestamp: int, key: bytes | None,
                  value: bytes | None) -> ProducerBatch | None:
         info = metadata.cluster.topics.get(topic)
-        handler = on_new_batch()
-        if info is None or handler is None:
+        owner = producer()
+        if info is None or owner is None:
             return None
         batch = accumulator.open_now(topic, len(info.partitions), partition, timestamp,
                                      key, value, loop)
         if batch is not None:
-            handler(batch)
+            owner._on_new_batch(batch)
         return batch
 
     appender.opener = open_now

@@ -11,7 +11,7 @@ importing this package fails with an ImportError that says how to build them.
 from __future__ import annotations
 
 try:
-    from .aio import Appender, ProducerBatch, RecordFuture
+    from .aio import Appender, ProducerBatch, RecordFuture, new_future
     from .batch import BATCH_HEADER_SIZE, BatchBuilder, record_size_upper_bound
     from .murmur2 import murmur2, murmur2_partition
     from .pool import DEBUG_BUILD, Block, BufferPool
@@ -36,5 +36,6 @@ __all__ = [
     "TopicRoute",
     "murmur2",
     "murmur2_partition",
+    "new_future",
     "record_size_upper_bound",
 ]

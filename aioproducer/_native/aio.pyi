@@ -8,6 +8,9 @@ from typing import Any, final
 
 from .records import CoreAppender, CoreBatch, RecordMetadata
 
+def new_future(loop: asyncio.AbstractEventLoop) -> asyncio.Future[Any]:
+    """``loop.create_future()``, without asyncio's Python frame on its own loops."""
+
 @final
 class ProducerBatch(CoreBatch):
     """A batch whose records can be awaited (see :class:`records.CoreBatch`)."""

@@ -22,7 +22,7 @@ from libc.stdint cimport int32_t, int64_t
 
 from .records cimport CoreAppender, CoreBatch, RecordMetadata
 
-from asyncio import CancelledError, InvalidStateError
+from asyncio import BaseEventLoop, CancelledError, Future, InvalidStateError
 from contextvars import copy_context
 import warnings
 
@@ -110,6 +110,20 @@ cdef inline bint batch_done(CoreBatch b) except -1:
     return b.settled or bool(b.result.done())
 
 
+# asyncio's own loops make a future in Python (BaseEventLoop.create_future, one
+# frame per future); new_future makes the same future without that frame.
+cdef object _BASE_CREATE_FUTURE = BaseEventLoop.create_future
+
+
+cpdef object new_future(object loop):
+    """``loop.create_future()``: asyncio's ``Future(loop=loop)``, made here when the
+    loop's ``create_future`` is asyncio's own (which makes just that), else the
+    loop's own (uvloop's, or another loop's)."""
+    if getattr(type(loop), "create_future", None) is _BASE_CREATE_FUTURE:
+        return Future(loop=loop)
+    return loop.create_future()
+
+
 cdef class ProducerBatch(CoreBatch):
     """A :class:`records.CoreBatch` whose records can be awaited: ``waiter()`` gives a
     private future of the batch's loop, ``wake_waiters()`` resolves them all."""
@@ -139,7 +153,7 @@ cdef class ProducerBatch(CoreBatch):
         its own, never the batch's ``result`` that all of its records share."""
         if batch_done(self):
             return None
-        w = self.result.get_loop().create_future()
+        w = new_future(self.result.get_loop())
         if self.waiters is None:
             self.waiters = [w]
         else:

@@ -68,3 +68,32 @@ def test_in_flight_keeps_what_it_was_given() -> None:
         7, 0, 13, True, None, 12.5, 30000, bytes, reply)
     with pytest.raises(AttributeError):
         entry.reply = None  # type: ignore[misc]
+
+
+def test_new_future_is_the_loops_own_kind() -> None:
+    """``new_future`` makes asyncio's Future on asyncio's loops, and defers to a loop
+    that makes its own (uvloop, or any loop overriding ``create_future``)."""
+    import asyncio
+
+    import uvloop
+
+    from aioproducer._native import new_future
+
+    class Custom(asyncio.SelectorEventLoop):
+        made = 0
+
+        def create_future(self) -> asyncio.Future[object]:
+            Custom.made += 1
+            return super().create_future()
+
+    for make in (asyncio.new_event_loop, uvloop.new_event_loop, Custom):
+        loop = make()
+        try:
+            fut = new_future(loop)
+            assert fut.get_loop() is loop and not fut.done()
+            assert type(fut) is type(loop.create_future())
+            fut.set_result(1)
+            assert loop.run_until_complete(fut) == 1
+        finally:
+            loop.close()
+    assert Custom.made == 2  # new_future went through the override
