@@ -324,7 +324,8 @@ def encode_produce_body(int version, transactional_id, int acks, long long timeo
             if topic_id is None:
                 raise ValueError(f"Produce v{version} addresses topics by id, "
                                  f"but topic {name!r} has none")
-            key = topic_id.bytes
+            # (UUID.bytes is Python code; its 128-bit number is a plain attribute.)
+            key = topic_id.int.to_bytes(16, "big")
             if PyBytes_GET_SIZE(key) != 16 or key == bytes(16):
                 raise ValueError(f"Produce v{version} addresses topics by id, "
                                  f"but topic {name!r} has none")
