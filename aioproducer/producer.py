@@ -638,7 +638,11 @@ class Producer:
         its partition's request in flight, or waiting for a connection or the producer
         id), or if the producer is closing."""
         if self._state == _RUNNING and sender is self._sender:
-            sender.run_once(time.monotonic(), want_delay=False)
+            # This batch alone when it can go now (as under linger 0: the other
+            # partitions' batches linger on, with their own wakeups), else a full pass.
+            now = time.monotonic()
+            if not sender.send_new(batch, now):
+                sender.run_once(now, want_delay=False)
             dq = self._accumulator.batches.get(batch.tp)
             if not (dq and batch in dq):
                 return
