@@ -133,7 +133,7 @@ class Memory:
     def release(self, block: Block) -> None:
         """Give a block back (from the pool or from outside it, with what paid for
         it), and wake the first send waiting for memory."""
-        outside = self._outside.pop(id(block), None)
+        outside = self._outside.pop(id(block), None) if self._outside else None
         if outside is None:
             self.pool.release(block)
         else:
@@ -142,7 +142,8 @@ class Memory:
             if charged is None:
                 return  # a split piece's: buffer_memory did not change
             self.pool.release(charged)
-        self._wake_first()
+        if self._waiters:
+            self._wake_first()
 
     def wake_all(self) -> None:
         """Wake every waiting send (each looks again: closing, memory)."""

@@ -1,7 +1,7 @@
 """Networking: broker connections, Produce framing and the cluster client.
 
 * :class:`BrokerConnection` — one pipelined connection with API version
-  negotiation, request timeouts and zero-copy ``send_raw``;
+  negotiation, request timeouts and zero-copy ``send_raw`` / ``send_with_reply``;
 * :func:`encode_produce_body` / :func:`decode_produce_response` — the hand-written
   Produce request (v9..v13) and kio-decoded response;
 * :class:`KafkaClient` — node map, background connects with backoff, Metadata;

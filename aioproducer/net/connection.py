@@ -14,9 +14,11 @@ error (:class:`RequestTimedOutError`, :class:`ProtocolError`), the others with
 :class:`KafkaConnectionError`. A closed connection is never reused.
 
 Futures handed out by :meth:`BrokerConnection.send_raw` belong to the caller; a
-done callback (or the caller's own ``callback``) marks their exception as retrieved,
-so a caller that only looks at ``fut.exception()`` in a callback (or drops the future
-on shutdown) never makes asyncio log "Future exception was never retrieved".
+done callback marks their exception as retrieved, so a caller that only looks at
+``fut.exception()`` in a callback (or drops the future on shutdown) never makes
+asyncio log "Future exception was never retrieved". A request sent with
+:meth:`BrokerConnection.send_with_reply` (the Sender's Produce requests) has no
+future: its reply function gets the answer or the error.
 
 With SASL, a :class:`~aioproducer.net.sasl.SaslAuthenticator` authenticates the
 connection after version negotiation and re-authenticates it (KIP-368); the
