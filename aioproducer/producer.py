@@ -8,6 +8,7 @@ import time
 import uuid
 import warnings
 import weakref
+from collections import deque
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from functools import partial
@@ -629,7 +630,13 @@ class Producer:
         if skipped is not batch:
             sender.wakeup()
             return batch is None
-        batch.result.get_loop().call_soon(self._pass_for, sender, batch)
+        loop = batch.result.get_loop()
+        if _nothing_runs_before_next_turn(loop):
+            # The callback would be the first thing the next turn runs, and nothing
+            # else runs before it: making the pass now is the same, without a turn.
+            self._pass_for(sender, batch)
+        else:
+            loop.call_soon(self._pass_for, sender, batch)
         return True
 
     def _pass_for(self, sender: Sender, batch: ProducerBatch) -> None:
@@ -638,10 +645,11 @@ class Producer:
         its partition's request in flight, or waiting for a connection or the producer
         id), or if the producer is closing."""
         if self._state == _RUNNING and sender is self._sender:
-            # This batch alone when it can go now (as under linger 0: the other
-            # partitions' batches linger on, with their own wakeups), else a full pass.
+            # This batch alone when it is the only one queued (else the pass takes the
+            # other partitions' batches of its leader along, as Java's drain does) and
+            # it can go now (as under linger 0); else a full pass.
             now = time.monotonic()
-            if not sender.send_new(batch, now):
+            if not (self._accumulator.only_queued(batch) and sender.send_new(batch, now)):
                 sender.run_once(now, want_delay=False)
             dq = self._accumulator.batches.get(batch.tp)
             if not (dq and batch in dq):
@@ -925,6 +933,16 @@ class Producer:
         loop.call_soon_threadsafe(schedule)
 
 
+
+
+def _nothing_runs_before_next_turn(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether a callback scheduled now would be the next thing ``loop`` runs: on
+    asyncio's own loops, when nothing waits in its ready queue (the callbacks left in
+    this turn, and those already scheduled for the next). The next turn then starts
+    with it: the I/O events and timers of that turn queue behind it. On other loops
+    (uvloop) this is not known: False."""
+    ready = getattr(loop, "_ready", None)
+    return type(ready) is deque and not ready
 
 
 def _python_path(ref: weakref.ref[Producer]) -> Callable[
