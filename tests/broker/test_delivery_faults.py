@@ -196,3 +196,55 @@ async def test_local_epoch_bump_sends_no_init_producer_id(kafka_bootstrap: str,
         assert entry.last_acked == 0  # "second" went out as sequence 0 of the new epoch
     got = consume_all(kafka_bootstrap, topic, 2)
     assert [r.value for r in got] == [b"first", b"second"]
+
+
+@pytest.mark.parametrize("callers", [1, 8])
+async def test_send_and_wait_at_the_defaults_through_lost_acks_and_timeouts(
+        kafka_bootstrap: str, topic_factory: Any, callers: int) -> None:
+    """send_and_wait() at the defaults (idempotence, acks=all, linger 5 ms), by one
+    caller (whose batch the pass writes alone, in the caller's own turn of the loop)
+    and by eight at once (who share batches): acks lost after the broker wrote the
+    batch, and answers held past request_timeout_ms. Every record is acknowledged,
+    read back by an independent consumer exactly once, in each caller's order, at the
+    offset the producer reported."""
+    topic = topic_factory(partitions=2)
+    per_caller = 150
+    async with ProxyCluster.start(kafka_bootstrap) as proxies, \
+            Producer(bootstrap_servers=proxies.bootstrap, request_timeout_ms=1500,
+                     delivery_timeout_ms=60_000, retry_backoff_ms=20) as producer:
+        assert producer.config.linger_ms == 5 and producer.config.enable_idempotence
+        await producer.send_and_wait(topic, WARM_UP, partition=0)
+        for proxy in proxies.proxies.values():
+            proxy.drop_after_request(PRODUCE, count=3)  # written; the ack never comes
+        results: list[Any] = [None] * (callers * per_caller)
+        keys: list[bytes | None] = [None] * (callers * per_caller)
+
+        async def caller(c: int) -> None:
+            key = f"caller-{c}".encode()
+            for j in range(per_caller):
+                i = c * per_caller + j
+                keys[i] = key
+                if j == per_caller // 2 and c == 0:
+                    for proxy in proxies.proxies.values():
+                        proxy.delay_responses(PRODUCE, 2.5, count=2)  # past the timeout
+                try:
+                    results[i] = await producer.send_and_wait(topic, encode(i), key)
+                except Exception as exc:  # kept, and counted as failed below
+                    results[i] = exc
+
+        await asyncio.wait_for(asyncio.gather(*(caller(c) for c in range(callers))), 120)
+        dropped = sum(p.stats["responses_dropped"] for p in proxies.proxies.values())
+        # A proxy whose delay rule is gone held its two responses past the timeout.
+        held = sum(PRODUCE not in p._delay_rules for p in proxies.proxies.values())
+    consumed = without_warm_up(consume_all(kafka_bootstrap, topic,
+                                           callers * per_caller + 1))
+    outcome = check(keys, results, consumed)
+    print(f"\nsend_and_wait x{callers} ({dropped} acks lost, {held} proxies held "
+          f"answers): {outcome.line()}")
+    assert dropped >= 1, "no ack was lost: the test proved nothing"
+    assert held >= 1, "no answer was held past the timeout: the test proved nothing"
+    assert outcome.failed == 0, [r for r in results if isinstance(r, BaseException)][:1]
+    assert outcome.duplicated == 0 and outcome.lost == 0 and outcome.out_of_order == 0
+    where = {decode(m.value): (m.partition, m.offset) for m in consumed}
+    for i, meta in enumerate(results):
+        assert where[i] == (meta.partition, meta.offset)
