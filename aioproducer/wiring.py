@@ -12,21 +12,25 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    import weakref
-
     from ._native import Appender, ProducerBatch
     from .accumulator import RecordAccumulator
     from .metadata import Metadata
     from .metrics import ProducerMetrics
     from .net.client import KafkaClient
     from .partitioner import RecordPartitioner
-    from .producer import Producer
     from .sender import Sender
 
-__all__ = ["wire_buffering", "wire_new_batches", "wire_sender"]
+__all__ = ["NewBatchOwner", "wire_buffering", "wire_new_batches", "wire_sender"]
+
+
+class NewBatchOwner(Protocol):
+    """What :func:`wire_new_batches` hands a new batch to (the Producer)."""
+
+    def _on_new_batch(self, batch: ProducerBatch) -> None: ...
 
 
 def wire_buffering(accumulator: RecordAccumulator, partitioner: RecordPartitioner,
@@ -67,12 +71,14 @@ def wire_sender(sender: Sender, client: KafkaClient, metadata: Metadata,
 
 
 def wire_new_batches(appender: Appender, accumulator: RecordAccumulator,
-                     metadata: Metadata, producer: weakref.ref[Producer]) -> None:
+                     metadata: Metadata, producer: Callable[[], NewBatchOwner | None]
+                     ) -> None:
     """The native ``send()`` opens a partition's new batch itself when nothing makes the
     record wait (``Appender.opener``; see :meth:`RecordAccumulator.open_now`), and
     hands the batch to the producer's ``_on_new_batch`` as the Python path does.
-    ``producer`` is a weak reference: the appender must not keep an abandoned producer
-    alive (once it is gone, records take the Python path)."""
+    ``producer`` is a weak reference to it (``weakref.ref``, called in C): the appender
+    must not keep an abandoned producer alive (once it is gone, records take the
+    Python path)."""
     loop = asyncio.get_running_loop()
 
     def open_now(topic: str, partition: int, timestamp: int, key: bytes | None,
