@@ -697,13 +697,9 @@ class RecordAccumulator:
         """Whether any batch waits to be sent (queued, not in flight)."""
         return any(self.batches.values())
 
-    def only_queued(self, batch: ProducerBatch) -> bool:
-        """Whether ``batch`` is the one batch queued (of any partition)."""
-        tp = batch.tp
-        for other, dq in self.batches.items():
-            if dq and (other != tp or len(dq) != 1 or dq[0] is not batch):
-                return False
-        return True
+    def queued_elsewhere(self, tp: TopicPartition) -> bool:
+        """Whether a partition other than ``tp`` has a batch queued."""
+        return any(dq and other != tp for other, dq in self.batches.items())
 
     def queued_before(self, tp: TopicPartition, sequence: int) -> bool:
         """Whether a batch of ``tp`` with a sequence below ``sequence`` is queued (a

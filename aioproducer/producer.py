@@ -645,11 +645,13 @@ class Producer:
         its partition's request in flight, or waiting for a connection or the producer
         id), or if the producer is closing."""
         if self._state == _RUNNING and sender is self._sender:
-            # This batch alone when it is the only one queued (else the pass takes the
-            # other partitions' batches of its leader along, as Java's drain does) and
-            # it can go now (as under linger 0); else a full pass.
+            # This batch alone when no other partition has a batch queued (else the
+            # pass takes those of its leader along, as Java's drain does) and it can go
+            # now (send_new: its partition's one queued batch, as under linger 0);
+            # else a full pass.
             now = time.monotonic()
-            if not (self._accumulator.only_queued(batch) and sender.send_new(batch, now)):
+            if self._accumulator.queued_elsewhere(batch.tp) \
+                    or not sender.send_new(batch, now):
                 sender.run_once(now, want_delay=False)
             dq = self._accumulator.batches.get(batch.tp)
             if not (dq and batch in dq):

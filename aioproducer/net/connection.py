@@ -442,8 +442,8 @@ class BrokerConnection(asyncio.Protocol):
         timeout = self.request_timeout_ms if timeout_ms is None else timeout_ms
         deadline = loop.time() + timeout / 1000.0
         self._in_flight.append(InFlight(cid, api_key, api_version,
-                                         flexible and api_key != API_VERSIONS_KEY, fut,
-                                         deadline, timeout, decode, reply))
+                                        flexible and api_key != API_VERSIONS_KEY, fut,
+                                        deadline, timeout, decode, reply))
         if self._timer is None or deadline < self._timer_when:
             self._arm_timer(deadline)
 

@@ -97,7 +97,6 @@ __all__ = [
 ]
 
 PRODUCE_API_KEY = int(ApiKey.PRODUCE)
-_TOPIC_ID_VERSION = 13
 _PRODUCE_VERSIONS = range(PRODUCE_MIN_VERSION, PRODUCE_MAX_VERSION + 1)
 
 if TYPE_CHECKING:
@@ -235,8 +234,7 @@ def decode_produce_answer(version: int, body: bytes | memoryview) -> ProduceAnsw
 # decode_produce_answer of each version, as a one-argument function: the decoder the
 # Sender hands to every Produce request it writes.
 PRODUCE_ANSWER_DECODERS: dict[int, Callable[[memoryview], ProduceAnswer]] = {
-    v: functools.partial(decode_produce_answer, v)
-    for v in range(PRODUCE_MIN_VERSION, PRODUCE_MAX_VERSION + 1)}
+    v: functools.partial(decode_produce_answer, v) for v in _PRODUCE_VERSIONS}
 
 
 def produce_answer_of(response: ProduceResponse) -> ProduceAnswer:
